@@ -1,0 +1,67 @@
+"""Every error Torch-FL raises, one class per thing that can go wrong.
+
+Each message names the thing (key, plugin, op, device) and what to do next.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class FLError(RuntimeError):
+    """Base class of every Torch-FL error."""
+
+
+class TorchVersionError(FLError, ImportError):
+    """The installed PyTorch is outside the range this Torch-FL supports."""
+
+
+class ConfigError(FLError, ValueError):
+    """The configuration file is unreadable or a key has a bad value."""
+
+    def __init__(self, key: str, problem: str, path: str | None = None) -> None:
+        where = f" (in {path})" if path else ""
+        super().__init__(f"config key '{key}': {problem}{where}")
+        self.key = key
+        self.path = path
+
+
+class PluginLoadError(FLError):
+    """A vendor plugin could not be loaded (missing file, symbol, bad table)."""
+
+    def __init__(self, plugin: str, problem: str) -> None:
+        super().__init__(f"plugin '{plugin}': {problem}")
+        self.plugin = plugin
+
+
+class IncompatibleABIError(PluginLoadError):
+    """A vendor plugin speaks an ABI version this runtime does not accept."""
+
+
+class VendorError(FLError):
+    """A vendor call returned an error status."""
+
+    def __init__(self, call: str, status: int, status_name: str, message: str, plugin: str) -> None:
+        detail = message or "(the plugin gave no message)"
+        super().__init__(f"{call} failed in plugin '{plugin}' with {status_name}: {detail}")
+        self.call = call
+        self.status = status
+        self.status_name = status_name
+        self.vendor_message = message
+        self.plugin = plugin
+
+
+class UnsupportedOpError(FLError, NotImplementedError):
+    """No kernel and no permitted fallback for an op on a device."""
+
+    def __init__(self, op: str, device: str, hint: str) -> None:
+        super().__init__(f"operator '{op}' has no kernel on {device}: {hint}")
+        self.op = op
+        self.device = device
+
+
+class DeviceNotFoundError(FLError, IndexError):
+    """A device index that does not exist."""
+
+
+class FLOutOfMemoryError(torch.OutOfMemoryError, FLError):
+    """Device memory is exhausted even after the cache was released."""

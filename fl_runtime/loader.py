@@ -1,0 +1,149 @@
+"""Find vendor plugin libraries, load them with cffi, negotiate the ABI.
+
+Sources, in order: installed packages (entry-point group 'torch_fl.plugins',
+each entry a callable returning the library path), the TORCH_FL_PLUGINS path
+list, and the config's `plugins:` list.  A plugin that fails to load is logged
+and recorded in `load_failures`; it never stops the others.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import abi
+from .abi import ffi
+from .errors import IncompatibleABIError, PluginLoadError, VendorError
+from .logs import logger
+
+ENTRY_POINT_GROUP = "torch_fl.plugins"
+
+# The fl_api fields ABI 1.0 defines; a table shorter than this is refused.
+_REQUIRED_FIELD = "launch_kernel"
+
+
+@dataclass(frozen=True)
+class PluginSource:
+    """Where a plugin library was found (for messages, `devices` and doctor)."""
+    name: str
+    path: str
+    origin: str          # 'entry point', 'TORCH_FL_PLUGINS' or 'config'
+
+
+@dataclass
+class LoadFailure:
+    source: PluginSource
+    error: Exception
+
+
+class Plugin:
+    """One loaded vendor library and its negotiated function table."""
+
+    def __init__(self, source: PluginSource, lib, api) -> None:
+        self.source = source
+        self.lib = lib          # keeps the library mapped for the process lifetime
+        self.api = api
+        info = api.info
+        self.name = _string(info.plugin_name) or source.name
+        self.vendor = _string(info.vendor)
+        self.device_type = _string(info.device_type) or self.name
+        self.version = _string(info.plugin_version)
+        self.abi_version = (api.abi_version.major, api.abi_version.minor)
+
+    def check(self, status: int, call: str) -> None:
+        """Raise VendorError for a non-success status, with the plugin's own message."""
+        if status != abi.SUCCESS:
+            message = _string(self.api.last_error_message())
+            raise VendorError(call, status, abi.STATUS_NAMES.get(status, f"status {status}"),
+                              message, self.name)
+
+    def __repr__(self) -> str:
+        return f"Plugin({self.name!r}, {self.source.path!r}, abi={self.abi_version})"
+
+
+def _string(cdata) -> str:
+    return ffi.string(cdata).decode(errors="replace") if cdata != ffi.NULL else ""
+
+
+def discover_sources(config_plugins: tuple[str, ...] = ()) -> list[PluginSource]:
+    """Every plugin library the machine offers, without loading any of them."""
+    sources: list[PluginSource] = []
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            path = entry.load()()
+            sources.append(PluginSource(entry.name, str(path), "entry point"))
+        except Exception as exc:  # a broken package must not hide the others
+            logger.warning("plugin entry point '%s' failed: %s", entry.name, exc)
+    for path in filter(None, os.environ.get("TORCH_FL_PLUGINS", "").split(os.pathsep)):
+        sources.append(PluginSource(Path(path).stem, path, "TORCH_FL_PLUGINS"))
+    for path in config_plugins:
+        sources.append(PluginSource(Path(path).stem, path, "config"))
+    return _dedupe(sources)
+
+
+def _dedupe(sources: list[PluginSource]) -> list[PluginSource]:
+    seen: set[str] = set()
+    unique = []
+    for source in sources:
+        key = os.path.realpath(source.path)
+        if key not in seen:
+            seen.add(key)
+            unique.append(source)
+    return unique
+
+
+def load_plugin(source: PluginSource) -> Plugin:
+    """dlopen one library and negotiate; raises PluginLoadError or IncompatibleABIError."""
+    logger.debug("loading plugin '%s' from %s (%s)", source.name, source.path, source.origin)
+    if not os.path.isfile(source.path):
+        raise PluginLoadError(source.name, f"library {source.path} does not exist "
+                              f"(found via {source.origin}); build or reinstall the plugin")
+    try:
+        lib = ffi.dlopen(source.path)
+    except OSError as exc:
+        raise PluginLoadError(source.name, f"cannot load {source.path}: {exc}") from exc
+    try:
+        get_api = getattr(lib, abi.ENTRY_SYMBOL)
+    except AttributeError:
+        raise PluginLoadError(source.name, f"{source.path} does not export '{abi.ENTRY_SYMBOL}': "
+                              "it is not a Torch-FL plugin") from None
+    return Plugin(source, lib, _negotiate(source, get_api))
+
+
+def _negotiate(source: PluginSource, get_api):
+    requested = ffi.new("fl_abi_version*", {"struct_size": ffi.sizeof("fl_abi_version"),
+                                            "major": abi.ABI_MAJOR, "minor": abi.ABI_MINOR})
+    out = ffi.new("const fl_api**")
+    status = get_api(requested, out)
+    ours = f"{abi.ABI_MAJOR}.{abi.ABI_MINOR}"
+    if status == abi.ERROR_INCOMPATIBLE_ABI:
+        raise IncompatibleABIError(source.name, f"refuses ABI {ours}; it needs another Torch-FL "
+                                   "release (see `torch-fl doctor`)")
+    if status != abi.SUCCESS or out[0] == ffi.NULL:
+        raise PluginLoadError(source.name, f"{abi.ENTRY_SYMBOL} failed with "
+                              f"{abi.STATUS_NAMES.get(status, status)}")
+    api = out[0]
+    major, minor = api.abi_version.major, api.abi_version.minor
+    if major != abi.ABI_MAJOR or minor < abi.ABI_MIN_SUPPORTED_MINOR:
+        raise IncompatibleABIError(
+            source.name, f"speaks ABI {major}.{minor}, this runtime accepts "
+            f"{abi.ABI_MAJOR}.{abi.ABI_MIN_SUPPORTED_MINOR} to {ours}: rebuild the plugin against "
+            "this Torch-FL SDK or install a matching Torch-FL")
+    if not abi.struct_covers(api, "fl_api", _REQUIRED_FIELD):
+        raise IncompatibleABIError(source.name, f"its function table is {api.struct_size} bytes, "
+                                   f"too short for ABI {major}.{minor}")
+    return api
+
+
+def load_all(sources: list[PluginSource]) -> tuple[list[Plugin], list[LoadFailure]]:
+    """Load every source; failures are logged and returned, never raised."""
+    plugins, failures = [], []
+    for source in sources:
+        try:
+            plugins.append(load_plugin(source))
+            logger.info("loaded plugin '%s' from %s", source.name, source.path)
+        except Exception as exc:
+            logger.warning("skipping plugin '%s': %s", source.name, exc)
+            failures.append(LoadFailure(source, exc))
+    return plugins, failures

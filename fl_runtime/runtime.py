@@ -1,0 +1,131 @@
+"""The runtime's state, built once per process: config, plugins, devices,
+streams, allocators, RNG and the op launcher, and the few services the
+PyTorch-facing modules share (allocating a tensor, ordering against writers).
+"""
+from __future__ import annotations
+
+import torch
+
+from .allocator import CachingAllocator
+from .config import Config, load_config
+from .copies import copy_to_host
+from .devices import DeviceInfo, build_device_list
+from .dispatch import Launcher, build_op_table
+from .errors import DeviceNotFoundError
+from .loader import LoadFailure, Plugin, discover_sources, load_all
+from .logs import configure_logging, logger
+from .rng import DeviceRNG
+from .storage import contiguous_strides, storage_base, storage_nbytes, wrap_block
+from .streams import Stream, StreamRegistry
+
+
+class Runtime:
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or load_config()
+        configure_logging(self.config.logging)
+        logger.debug("config: %s", self.config.path or "defaults (no config file)")
+        sources = discover_sources(self.config.plugins)
+        logger.debug("plugin sources: %s", [f"{s.name} ({s.origin}: {s.path})" for s in sources])
+        self.plugins: list[Plugin]
+        self.load_failures: list[LoadFailure]
+        self.plugins, self.load_failures = load_all(sources)
+        self.devices: list[DeviceInfo]
+        self.devices, self.device_notes = build_device_list(self.plugins, self.config)
+        self.op_names = build_op_table(self.devices)
+        self.streams = StreamRegistry(self.devices)
+        self.allocators = [CachingAllocator(d, self._synchronizer(d.index)) for d in self.devices]
+        self.rng = DeviceRNG(len(self.devices))
+        self.launcher = Launcher(self)
+        self._current_device = 0
+        self._cross_stream = False   # until a second stream is used, no writer tracking is needed
+        if not self.devices:
+            logger.warning("no fl devices: %s", self.empty_reason())
+
+    # -- devices ---------------------------------------------------------------
+    def device(self, index: int) -> DeviceInfo:
+        try:
+            return self.devices[index]
+        except (IndexError, TypeError):
+            raise DeviceNotFoundError(
+                f"fl:{index} does not exist: {len(self.devices)} fl device(s) are available "
+                f"({self.empty_reason() if not self.devices else 'see torch_fl.list_devices()'})") from None
+
+    def current_device(self) -> int:
+        return self._current_device
+
+    def set_current_device(self, index: int) -> None:
+        self.device(index)
+        self._current_device = index
+
+    def empty_reason(self) -> str:
+        """Why there are no devices, for messages, logs and doctor."""
+        if not self.plugins and not self.load_failures:
+            return ("no Torch-FL plugin is installed: install one (pip install a vendor plugin), or point "
+                    "TORCH_FL_PLUGINS or the config's 'plugins:' at a plugin library")
+        notes = [str(f.error) for f in self.load_failures] + list(self.device_notes)
+        return "; ".join(notes) or "the loaded plugins report no devices"
+
+    def synchronize(self, index: int | None = None) -> None:
+        for i in ([index] if index is not None else range(len(self.devices))):
+            self.streams.synchronize_device(i)
+
+    def _synchronizer(self, index: int):
+        return lambda: self.streams.synchronize_device(index)
+
+    # -- memory ----------------------------------------------------------------
+    def new_tensor(self, index: int, shape, stride, dtype: torch.dtype, stream: Stream) -> torch.Tensor:
+        """A fresh, uninitialised tensor on fl:index with the given layout."""
+        nbytes = storage_nbytes(shape, stride, _itemsize(dtype))
+        if nbytes == 0:
+            return wrap_block(None, None, index, shape, stride, dtype)
+        allocator = self.allocators[index]
+        block = allocator.allocate(nbytes, stream)
+        return wrap_block(block, allocator.release, index, shape, stride, dtype)
+
+    def new_like_contiguous(self, t: torch.Tensor) -> torch.Tensor:
+        index = t.device.index
+        return self.new_tensor(index, tuple(t.shape), tuple(contiguous_strides(t.shape)), t.dtype,
+                               self.streams.current(index))
+
+    def copy_to_host(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        copy_to_host(self, src, dst)
+
+    # -- ordering across streams (F6) ------------------------------------------
+    def note_cross_stream(self) -> None:
+        self._cross_stream = True
+
+    def order_after_writers(self, index: int, stream: Stream, inputs, outputs) -> None:
+        """Make `stream` wait for pending writes (on other streams) to what it will touch,
+        and remember that it touched them.  Free while only default streams are used."""
+        if not self._cross_stream:
+            return
+        live = self.allocators[index].live
+        for value in (*inputs, *outputs):
+            for t in (value if isinstance(value, (list, tuple)) else (value,)):
+                if isinstance(t, torch.Tensor) and t.device.type != "cpu" and t.device.index == index:
+                    block = live.get(storage_base(t))
+                    if block is None:
+                        continue
+                    writer = block.writer or block.stream
+                    if writer is not stream:
+                        stream.wait_stream(writer)
+                    if block.stream is not stream:
+                        block.used_by.add(stream)
+        for t in outputs:
+            self.mark_written(t, stream)
+
+    def mark_written(self, t, stream: Stream) -> None:
+        if self._cross_stream and isinstance(t, torch.Tensor):
+            block = self.allocators[t.device.index].live.get(storage_base(t))
+            if block is not None:
+                block.writer = stream
+
+
+_ITEMSIZE: dict[torch.dtype, int] = {}
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    size = _ITEMSIZE.get(dtype)
+    if size is None:
+        size = _ITEMSIZE[dtype] = torch.empty((), dtype=dtype).element_size()
+    return size

@@ -1,0 +1,91 @@
+"""What the runtime needs to know about an ATen op's schema, compiled once per op.
+
+An OpPlan says, for each schema argument, its name, default and how it is
+marshaled, and for each return whether it is a fresh tensor or a mutated
+argument (in-place and out= overloads).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# How an argument is marshaled when its Python value alone cannot tell.
+TAG_VALUE, TAG_GENERATOR, TAG_INT_LIST, TAG_FLOAT_LIST, TAG_BOOL_LIST, TAG_TENSOR_LIST = range(6)
+_NO_DEFAULT = object()
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    name: str
+    kwarg_only: bool
+    default: object
+    tag: int
+    is_tensor: bool
+
+
+@dataclass(frozen=True)
+class OpPlan:
+    op: torch._ops.OpOverload
+    name: str                         # "add.Tensor", as kernel tables name it
+    qualified_name: str               # "aten::add.Tensor", as PyTorch's messages name it
+    args: tuple[ArgSpec, ...]
+    returns_alias: tuple[int | None, ...]   # per return: index of the mutated arg, or None
+    tensor_arg_indices: tuple[int, ...]
+    list_tensor_arg_indices: tuple[int, ...]
+    is_inplace_or_out: bool
+
+    def normalize(self, args: tuple, kwargs: dict) -> list:
+        """Schema-ordered values of every argument, defaults filled in."""
+        values = list(args)
+        for spec in self.args[len(args):]:
+            value = kwargs.get(spec.name, spec.default)
+            if value is _NO_DEFAULT:
+                raise TypeError(f"{self.name}: missing argument '{spec.name}'")
+            values.append(value)
+        return values
+
+
+def _unwrap_optional(type_str: str) -> str:
+    """'Optional[List[int]]' -> 'List[int]' (torch prints schema types this way)."""
+    if type_str.startswith("Optional[") and type_str.endswith("]"):
+        return type_str[len("Optional["):-1]
+    return type_str
+
+
+_LIST_TAGS = {"List[int]": TAG_INT_LIST, "List[SymInt]": TAG_INT_LIST, "List[float]": TAG_FLOAT_LIST,
+              "List[bool]": TAG_BOOL_LIST, "List[Tensor]": TAG_TENSOR_LIST,
+              "List[Optional[Tensor]]": TAG_TENSOR_LIST, "Generator": TAG_GENERATOR}
+
+
+def _tag(type_str: str) -> int:
+    return _LIST_TAGS.get(_unwrap_optional(type_str), TAG_VALUE)
+
+
+def op_overload(name: str) -> torch._ops.OpOverload:
+    """torch.ops.aten overload for 'add.Tensor' / 'mm' (raises AttributeError if unknown)."""
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, packet), overload or "default")
+
+
+def compile_plan(name: str) -> OpPlan:
+    op = op_overload(name)
+    schema = op._schema
+    specs = []
+    for arg in schema.arguments:
+        type_str = str(arg.type)
+        default = arg.default_value if arg.has_default_value() else _NO_DEFAULT
+        specs.append(ArgSpec(arg.name, arg.kwarg_only, default, _tag(type_str),
+                             _unwrap_optional(type_str) == "Tensor"))
+    returns_alias = []
+    for ret in schema.returns:
+        alias = ret.alias_info
+        index = None
+        if alias is not None and alias.is_write:
+            index = next(i for i, a in enumerate(schema.arguments)
+                         if a.alias_info is not None and a.alias_info.before_set == alias.before_set)
+        returns_alias.append(index)
+    return OpPlan(op=op, name=name, qualified_name=op.name(), args=tuple(specs), returns_alias=tuple(returns_alias),
+                  tensor_arg_indices=tuple(i for i, s in enumerate(specs) if s.is_tensor),
+                  list_tensor_arg_indices=tuple(i for i, s in enumerate(specs) if s.tag == TAG_TENSOR_LIST),
+                  is_inplace_or_out=any(i is not None for i in returns_alias))

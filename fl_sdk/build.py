@@ -1,0 +1,99 @@
+"""Build a vendor plugin's shared library from its plugin.yaml.
+
+plugin.yaml names the library, its C sources (globs, relative to the plugin
+directory), extra compiler flags and well-known libraries to link
+('openblas' resolves to the scipy-openblas32 package).  Everything compiles
+with -Wall -Wextra -Werror against the SDK's fl_abi.h.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from . import INCLUDE_DIR
+
+BASE_FLAGS = ["-std=gnu11", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Werror"]
+
+
+class BuildError(RuntimeError):
+    """The plugin could not be built; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class PluginSpec:
+    directory: Path
+    library: str
+    sources: list[str]
+    cflags: list[str]
+    links: list[str]
+
+    @property
+    def library_path(self) -> Path:
+        return self.directory / self.library
+
+
+def read_spec(directory: Path) -> PluginSpec:
+    spec_file = directory / "plugin.yaml"
+    if not spec_file.is_file():
+        raise BuildError(f"{directory} has no plugin.yaml: is it a Torch-FL plugin directory?")
+    raw = yaml.safe_load(spec_file.read_text()) or {}
+    missing = [key for key in ("library", "sources") if key not in raw]
+    if missing:
+        raise BuildError(f"{spec_file}: missing key(s) {', '.join(missing)}")
+    return PluginSpec(directory, raw["library"], list(raw["sources"]), list(raw.get("cflags", [])),
+                      list(raw.get("link", [])))
+
+
+def _link_flags(name: str) -> list[str]:
+    if name == "openblas":
+        import scipy_openblas32 as blas
+        lib_dir = blas.get_lib_dir()
+        return [f"-I{blas.get_include_dir()}", f"-L{lib_dir}", "-lscipy_openblas", f"-Wl,-rpath,{lib_dir}"]
+    if name in ("m", "dl", "rt"):
+        return [f"-l{name}"]
+    raise BuildError(f"unknown library '{name}' in plugin.yaml link: (known: openblas, m, dl, rt)")
+
+
+def compiler() -> str:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        raise BuildError("no C compiler found: install gcc or clang, or set CC")
+    return cc
+
+
+def build_command(spec: PluginSpec) -> list[str]:
+    sources = sorted({str(p) for pattern in spec.sources for p in spec.directory.glob(pattern)})
+    if not sources:
+        raise BuildError(f"{spec.directory}: plugin.yaml sources {spec.sources} match no file")
+    links = [flag for name in spec.links for flag in _link_flags(name)]
+    return [compiler(), *BASE_FLAGS, *spec.cflags, f"-I{INCLUDE_DIR}", f"-I{spec.directory / 'src'}",
+            *sources, "-o", str(spec.library_path), *links, "-lm"]
+
+
+def build(directory: str | Path, force: bool = False, verbose: bool = False) -> Path:
+    """Compile the plugin in `directory`; returns the library path.  Skips an up-to-date build."""
+    spec = read_spec(Path(directory).resolve())
+    command = build_command(spec)
+    if not force and _up_to_date(spec, command):
+        return spec.library_path
+    if verbose:
+        print(" ".join(command))
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuildError(f"building {spec.library} failed:\n{result.stderr.strip()}")
+    return spec.library_path
+
+
+def _up_to_date(spec: PluginSpec, command: list[str]) -> bool:
+    target = spec.library_path
+    if not target.exists():
+        return False
+    inputs = [Path(p) for p in command if p.endswith(".c")]
+    inputs += list((spec.directory / "src").glob("*.h")) + [spec.directory / "plugin.yaml",
+                                                           INCLUDE_DIR / "fl_abi.h"]
+    return all(p.stat().st_mtime <= target.stat().st_mtime for p in inputs if p.exists())

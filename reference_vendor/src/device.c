@@ -1,0 +1,161 @@
+/*
+ * device.c -- the reference chip's devices: how many there are (from the
+ * environment), their properties, and their one-time initialisation.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DEFAULT_DEVICES 2
+#define DEFAULT_MEMORY_MB 4096
+#define MAX_MEMORY_MB (1024 * 1024) /* 1 TiB: the memory is sparse, only address space */
+#define DEFAULT_ALIGNMENT 256
+#define MAX_ALIGNMENT (1u << 30)
+
+static drv_device g_devices[DRV_MAX_DEVICES];
+static int32_t g_device_count;
+static uint32_t g_nprocs;
+static fl_status g_init_status = FL_SUCCESS;
+static char g_init_message[256];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* Parse a whole decimal integer in [lo, hi]; 0 on any other text. */
+static int parse_env_int(const char *text, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end != '\0' || v < lo || v > hi)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+/* Read an integer setting; a bad value falls back to the default with one
+ * line on stderr (init runs once, so each warning appears at most once). */
+static long long env_setting(const char *name, long long dflt, long long lo, long long hi,
+                             int want_pow2) {
+    const char *text = getenv(name);
+    long long v;
+    if (!text || !*text)
+        return dflt;
+    if (parse_env_int(text, lo, hi, &v) && (!want_pow2 || (v & (v - 1)) == 0))
+        return v;
+    fprintf(stderr,
+            "torch-fl reference plugin: ignoring %s=\"%s\" (expected %s%lld..%lld); "
+            "using %lld\n",
+            name, text, want_pow2 ? "a power of two in " : "an integer in ", lo, hi, dflt);
+    return dflt;
+}
+
+static void init_devices(void) {
+    int32_t count = (int32_t)env_setting("FL_REFERENCE_DEVICES", DEFAULT_DEVICES, 1,
+                                         DRV_MAX_DEVICES, 0);
+    uint64_t mb = (uint64_t)env_setting("FL_REFERENCE_MEMORY_MB", DEFAULT_MEMORY_MB, 1,
+                                        MAX_MEMORY_MB, 0);
+    uint64_t align = (uint64_t)env_setting("FL_REFERENCE_ALIGNMENT", DEFAULT_ALIGNMENT, 1,
+                                           MAX_ALIGNMENT, 1);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    g_nprocs = n > 0 ? (uint32_t)n : 1;
+    for (int32_t i = 0; i < count; i++) {
+        drv_device *dev = &g_devices[i];
+        dev->index = i;
+        dev->total_memory = mb << 20;
+        dev->alignment = align;
+        g_init_status = drv_mem_init_device(dev, g_init_message, sizeof g_init_message);
+        if (g_init_status != FL_SUCCESS)
+            return;
+    }
+    g_device_count = count;
+}
+
+drv_device *drv_device_get(int32_t device) {
+    pthread_once(&g_once, init_devices);
+    if (g_init_status != FL_SUCCESS || device < 0 || device >= g_device_count)
+        return NULL;
+    return &g_devices[device];
+}
+
+fl_status drv_bad_device(int32_t device, const char *call) {
+    pthread_once(&g_once, init_devices);
+    if (g_init_status != FL_SUCCESS)
+        return drv_fail(g_init_status, "%s: device initialisation failed: %s", call,
+                        g_init_message);
+    return drv_fail(FL_ERROR_INVALID_DEVICE,
+                    "%s: invalid device %d (the reference plugin has devices 0..%d)", call,
+                    device, g_device_count - 1);
+}
+
+fl_status drv_device_count(int32_t *count) {
+    if (!count)
+        return drv_fail(FL_ERROR_INVALID_POINTER, "device_count(count=NULL): NULL output pointer");
+    pthread_once(&g_once, init_devices);
+    if (g_init_status != FL_SUCCESS)
+        return drv_fail(g_init_status, "device_count: device initialisation failed: %s",
+                        g_init_message);
+    *count = g_device_count;
+    return FL_SUCCESS;
+}
+
+static void fill_properties(const drv_device *dev, fl_device_properties *p) {
+    memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+    snprintf(p->name, sizeof p->name, "Torch-FL Reference CPU Chip");
+    snprintf(p->vendor, sizeof p->vendor, "Torch-FL");
+    /* Derived from the index only, so it is stable across runs. */
+    snprintf(p->uuid, sizeof p->uuid, "ref-0000-0000-0000-%04d", dev->index);
+    snprintf(p->driver_version, sizeof p->driver_version, "1.0.0");
+    p->total_memory = dev->total_memory;
+    p->alignment = dev->alignment;
+    p->supported_dtypes = (1ull << FL_DTYPE_COUNT) - 1;
+    p->multiprocessor_count = g_nprocs;
+    p->flags = 0;
+}
+
+/* The end of the last field that fits entirely in `size` bytes, so that a
+ * caller built against an older (shorter) struct never gets a torn field. */
+static size_t covered_prefix(size_t size) {
+    static const size_t ends[] = {
+        FL_STRUCT_SIZE(fl_device_properties, struct_size),
+        FL_STRUCT_SIZE(fl_device_properties, name),
+        FL_STRUCT_SIZE(fl_device_properties, vendor),
+        FL_STRUCT_SIZE(fl_device_properties, uuid),
+        FL_STRUCT_SIZE(fl_device_properties, driver_version),
+        FL_STRUCT_SIZE(fl_device_properties, total_memory),
+        FL_STRUCT_SIZE(fl_device_properties, alignment),
+        FL_STRUCT_SIZE(fl_device_properties, supported_dtypes),
+        FL_STRUCT_SIZE(fl_device_properties, multiprocessor_count),
+        FL_STRUCT_SIZE(fl_device_properties, flags),
+    };
+    size_t best = ends[0];
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++)
+        if (ends[i] <= size)
+            best = ends[i];
+    return best;
+}
+
+/* Writes only the fields the caller's struct_size covers, then sets
+ * struct_size to what was written so a newer caller can tell which fields
+ * this (older) plugin filled. */
+fl_status drv_device_properties(int32_t device, fl_device_properties *props) {
+    if (!props)
+        return drv_fail(FL_ERROR_INVALID_POINTER,
+                        "device_properties(device=%d, props=NULL): NULL output pointer", device);
+    if (props->struct_size < sizeof(size_t))
+        return drv_fail(FL_ERROR_INVALID_VALUE,
+                        "device_properties(device=%d): props->struct_size=%zu is too small",
+                        device, props->struct_size);
+    drv_device *dev = drv_device_get(device);
+    if (!dev)
+        return drv_bad_device(device, "device_properties");
+    fl_device_properties full;
+    fill_properties(dev, &full);
+    size_t n = covered_prefix(props->struct_size);
+    memcpy((char *)props + sizeof(size_t), (const char *)&full + sizeof(size_t),
+           n - sizeof(size_t));
+    props->struct_size = n;
+    return FL_SUCCESS;
+}

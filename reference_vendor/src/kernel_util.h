@@ -1,0 +1,309 @@
+/*
+ * kernel_util.h -- helpers shared by the reference chip's kernels.
+ *
+ *  - argument access with checks (ref_args + ref_get_*), every failure goes
+ *    through ref_kernel_fail with a message naming the op and the argument;
+ *  - dtype facts, element load/store and bulk conversion between every dtype
+ *    the chip stores (float16/bfloat16 by bit manipulation, PyTorch rounding);
+ *  - PyTorch's type promotion (result_type) for elementwise ops;
+ *  - strided N-d iteration (ref_for_each_row) and the elementwise engine
+ *    (ref_elementwise): broadcasting, scalars in tensor slots, dtype casting
+ *    in chunks, dimension reordering/coalescing for speed;
+ *  - a BLAS gemm wrapper and aligned temporary allocation.
+ *
+ * Element pointers: tensor data may be misaligned for its dtype, so kernels
+ * access elements through the ref_f32/ref_f64/... typedefs below, which have
+ * alignment 1 (GCC/Clang emit unaligned loads/stores; no cost on x86/arm64).
+ */
+#ifndef REF_KERNEL_UTIL_H
+#define REF_KERNEL_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernel_api.h"
+
+#define REF_MAX_DIMS 32          /* tensors with more dims are rejected */
+#define REF_EW_MAX_INPUTS 4      /* elementwise engine: inputs per op */
+#define REF_EW_MAX_OPS (REF_EW_MAX_INPUTS + 1)
+
+#define REF_TRY(expr)                                  \
+    do {                                               \
+        fl_status ref_try_status_ = (expr);            \
+        if (ref_try_status_ != FL_SUCCESS)             \
+            return ref_try_status_;                    \
+    } while (0)
+
+#define REF_DT(d) (1ull << (d))
+#define REF_FLOAT_TYPES \
+    (REF_DT(FL_FLOAT32) | REF_DT(FL_FLOAT64) | REF_DT(FL_FLOAT16) | REF_DT(FL_BFLOAT16))
+#define REF_INT_TYPES                                                              \
+    (REF_DT(FL_INT8) | REF_DT(FL_UINT8) | REF_DT(FL_INT16) | REF_DT(FL_INT32) | \
+     REF_DT(FL_INT64))
+#define REF_REAL_TYPES (REF_FLOAT_TYPES | REF_INT_TYPES | REF_DT(FL_BOOL))
+#define REF_F32_F64 (REF_DT(FL_FLOAT32) | REF_DT(FL_FLOAT64))
+
+/* ---- unaligned element access ------------------------------------------ */
+typedef float ref_f32 __attribute__((aligned(1), may_alias));
+typedef double ref_f64 __attribute__((aligned(1), may_alias));
+typedef int64_t ref_i64 __attribute__((aligned(1), may_alias));
+typedef int32_t ref_i32 __attribute__((aligned(1), may_alias));
+typedef int16_t ref_i16 __attribute__((aligned(1), may_alias));
+typedef uint16_t ref_u16 __attribute__((aligned(1), may_alias));
+typedef int8_t ref_i8 __attribute__((may_alias));
+typedef uint8_t ref_u8 __attribute__((may_alias));
+
+/* ---- dtypes -------------------------------------------------------------- */
+static inline int ref_dtype_valid(int32_t dt) { return dt >= 0 && dt < FL_DTYPE_COUNT; }
+
+static inline size_t ref_dtype_size(int32_t dt) {
+    switch (dt) {
+    case FL_FLOAT64: case FL_INT64: case FL_COMPLEX64: return 8;
+    case FL_FLOAT32: case FL_INT32: return 4;
+    case FL_FLOAT16: case FL_BFLOAT16: case FL_INT16: return 2;
+    case FL_INT8: case FL_UINT8: case FL_BOOL: return 1;
+    default: return 0;
+    }
+}
+
+static inline int ref_is_floating(int32_t dt) {
+    return dt == FL_FLOAT32 || dt == FL_FLOAT64 || dt == FL_FLOAT16 || dt == FL_BFLOAT16;
+}
+
+/* integral, bool excluded */
+static inline int ref_is_integral(int32_t dt) {
+    return dt == FL_INT8 || dt == FL_UINT8 || dt == FL_INT16 || dt == FL_INT32 || dt == FL_INT64;
+}
+
+const char *ref_dtype_name(int32_t dt);
+
+/* PyTorch's promote_types over the real dtypes (complex -> -1). */
+int32_t ref_promote_types(int32_t a, int32_t b);
+
+/* PyTorch's can_cast(from, to): no float->integral, no non-bool->bool. */
+int ref_can_cast(int32_t from, int32_t to);
+
+/* ---- element conversion --------------------------------------------------- */
+float ref_half_to_float(uint16_t h);
+uint16_t ref_float_to_half(float f);
+float ref_bf16_to_float(uint16_t b);
+uint16_t ref_float_to_bf16(float f);
+
+/* float -> int64 without UB: NaN / out of range give INT64_MIN (x86 behaviour) */
+static inline int64_t ref_double_to_i64(double d) {
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+        return INT64_MIN;
+    return (int64_t)d;
+}
+
+/* One element; the dtype must be valid and not complex. */
+double ref_load_f64(const void *p, int32_t dt);
+int64_t ref_load_i64(const void *p, int32_t dt);   /* floats truncate toward 0 */
+void ref_store_f64(void *p, int32_t dt, double v); /* floats->ints as PyTorch casts */
+void ref_store_i64(void *p, int32_t dt, int64_t v);
+
+/* n elements, strides in bytes, every pair of real dtypes, PyTorch's cast
+ * semantics (int->float32 rounds once, float->uint8 goes through int64,
+ * anything->bool is != 0).  src and dst must not overlap unless identical. */
+void ref_convert(void *dst, int32_t dst_dt, int64_t dst_stride, const void *src,
+                 int32_t src_dt, int64_t src_stride, int64_t n);
+
+/* ---- tensors --------------------------------------------------------------- */
+int64_t ref_numel(const fl_tensor *t);
+/* row-major contiguous (size-1 dims ignored) */
+int ref_is_contiguous(const fl_tensor *t);
+int ref_same_sizes(const fl_tensor *a, const fl_tensor *b);
+/* element address of a multi-index */
+static inline char *ref_elem_ptr(const fl_tensor *t, const int64_t *idx) {
+    char *p = (char *)ref_tensor_data(t);
+    size_t es = ref_dtype_size(t->dtype);
+    for (int32_t d = 0; d < t->ndim; ++d)
+        p += idx[d] * t->strides[d] * (int64_t)es;
+    return p;
+}
+/* [lo, hi) bytes touched by t; returns 0 if t is empty */
+int ref_byte_span(const fl_tensor *t, uintptr_t *lo, uintptr_t *hi);
+/* 1 if the element sets of a and b may overlap in memory */
+int ref_may_overlap(const fl_tensor *a, const fl_tensor *b);
+/* the same elements in the same places (identical view) */
+int ref_same_view(const fl_tensor *a, const fl_tensor *b);
+
+/* ---- arguments ------------------------------------------------------------- */
+typedef struct ref_args {
+    const fl_arg *args;
+    uint32_t nargs;
+    ref_kernel_ctx *ctx;
+    const char *op;
+} ref_args;
+
+typedef struct ref_scalar {
+    int32_t kind;   /* FL_ARG_INT, FL_ARG_FLOAT or FL_ARG_BOOL */
+    double f;       /* value as double (always set) */
+    int64_t i;      /* value as int64 (set for INT and BOOL) */
+} ref_scalar;
+
+/* a tensor operand or a scalar standing in a tensor slot */
+typedef struct ref_operand {
+    const fl_tensor *t; /* NULL for a scalar */
+    ref_scalar s;
+} ref_operand;
+
+/* Checks nargs == expected and fills a. */
+fl_status ref_args_init(ref_args *a, const char *op, const fl_arg *args, uint32_t nargs,
+                        uint32_t expected, ref_kernel_ctx *ctx);
+/* ref_kernel_fail prefixed with "<op>: " */
+fl_status ref_fail(const ref_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+int ref_arg_is_none(const ref_args *a, uint32_t i);
+/* tensor (validated: struct_size, dtype, ndim, sizes, data pointer) */
+fl_status ref_get_tensor(const ref_args *a, uint32_t i, const char *name, const fl_tensor **out);
+/* NONE -> *out = NULL */
+fl_status ref_get_opt_tensor(const ref_args *a, uint32_t i, const char *name,
+                             const fl_tensor **out);
+/* tensor, or INT/FLOAT/BOOL scalar (a 0-dim CPU tensor the runtime unwrapped) */
+fl_status ref_get_operand(const ref_args *a, uint32_t i, const char *name, ref_operand *out);
+/* Scalar: INT/FLOAT/BOOL */
+fl_status ref_get_scalar(const ref_args *a, uint32_t i, const char *name, ref_scalar *out);
+/* Scalar?: *present = 0 for NONE */
+fl_status ref_get_opt_scalar(const ref_args *a, uint32_t i, const char *name, int *present,
+                             ref_scalar *out);
+fl_status ref_get_int(const ref_args *a, uint32_t i, const char *name, int64_t *out);
+fl_status ref_get_opt_int(const ref_args *a, uint32_t i, const char *name, int *present,
+                          int64_t *out);
+/* float (INT and BOOL accepted) */
+fl_status ref_get_double(const ref_args *a, uint32_t i, const char *name, double *out);
+fl_status ref_get_bool(const ref_args *a, uint32_t i, const char *name, int *out);
+/* int[]: INT_LIST (a single INT is taken as a list of one) */
+fl_status ref_get_int_list(const ref_args *a, uint32_t i, const char *name,
+                           const int64_t **vals, uint32_t *count);
+fl_status ref_get_opt_int_list(const ref_args *a, uint32_t i, const char *name, int *present,
+                               const int64_t **vals, uint32_t *count);
+fl_status ref_get_bool_list(const ref_args *a, uint32_t i, const char *name,
+                            const int64_t **vals, uint32_t *count);
+/* Generator?: INT_LIST {seed, offset}; NONE -> {0, 0} */
+fl_status ref_get_generator(const ref_args *a, uint32_t i, const char *name, uint64_t *seed,
+                            uint64_t *offset);
+/* ScalarType?: INT holding an fl_dtype; NONE -> *present = 0 */
+fl_status ref_get_opt_dtype(const ref_args *a, uint32_t i, const char *name, int *present,
+                            int32_t *out);
+
+/* dims: wraps negative dims against ndim (0-dim tensors accept 0 and -1). */
+fl_status ref_wrap_dim(const ref_args *a, int64_t dim, int32_t ndim, int32_t *out);
+
+/* tensor dtype check against a mask, failing with a message */
+fl_status ref_check_dtype(const ref_args *a, const fl_tensor *t, const char *name, uint64_t mask);
+
+/* ---- type promotion -------------------------------------------------------- */
+/* PyTorch's result_type over operands: dimensioned tensors, then 0-dim
+ * tensors, then scalars (a float scalar counts as float32, int as int64). */
+int32_t ref_result_type(const ref_operand *ops, int n);
+
+/* ---- strided iteration ------------------------------------------------------ */
+/* Called once per innermost row: ptrs[k] is operand k's first element of the
+ * row, strides[k] its stride in bytes along the row, n the row length. */
+typedef void (*ref_row_fn)(char **ptrs, const int64_t *strides, int64_t n, void *ctx);
+
+/* Visit every element of an N-d index space once, by rows.  strides[k][d] is
+ * operand k's stride in bytes along dim d.  Dims of size 1 are dropped, dims
+ * are ordered by operand order_op's strides (largest outermost; order_op < 0
+ * keeps the logical order) and mergeable dims are coalesced.  Nothing is
+ * called when a size is 0. */
+void ref_for_each_row(int ndim, const int64_t *sizes, int nops, char *const *ptrs,
+                      int64_t strides[][REF_MAX_DIMS], int order_op, ref_row_fn fn,
+                      void *ctx);
+
+/* Broadcast tensor t (numpy rules) to `sizes`; writes byte strides. */
+fl_status ref_broadcast_strides(const ref_args *a, const fl_tensor *t, const char *name,
+                                int ndim, const int64_t *sizes, int64_t *strides_bytes);
+
+/* ---- elementwise engine ----------------------------------------------------- */
+/* A loop computes data[0][i] = f(data[1][i], ...) for i < n with byte strides;
+ * every operand is already in the dtype the loop asked for. */
+typedef void (*ref_loop_fn)(char **data, const int64_t *strides, int64_t n, const void *params);
+
+typedef struct ref_ew_desc {
+    const fl_tensor *out;   /* output, any layout (stride 0 over size > 1 is rejected) */
+    int32_t out_dtype;      /* dtype the loop writes; cast into out->dtype if different */
+    int nin;                /* inputs, <= REF_EW_MAX_INPUTS */
+    const ref_operand *in;  /* tensors broadcast to out's shape, or scalars */
+    const int32_t *in_dtypes; /* dtype the loop reads for each input */
+    /* optional, per input: a dtype each tensor input is first converted to
+     * before the loop dtype (PyTorch casts inputs to the common dtype, e.g.
+     * int8 or float16, even when the loop computes in int64 / float); -1 or
+     * a NULL array: convert directly */
+    const int32_t *in_via;
+    ref_loop_fn fn;
+    const void *params;
+} ref_ew_desc;
+
+fl_status ref_elementwise(const ref_args *a, const ref_ew_desc *d);
+
+/* ---- memory ------------------------------------------------------------------ */
+void *ref_alloc(size_t bytes);   /* 64-byte aligned, NULL on failure; free with ref_free */
+void ref_free(void *p);
+
+/* ---- BLAS -------------------------------------------------------------------- */
+/* Row-major C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C.  dtype
+ * FL_FLOAT32 or FL_FLOAT64; A, B, C aligned to the element size; leading
+ * dimensions in elements.  Fails if a size does not fit BLAS's int. */
+fl_status ref_gemm(const ref_args *a, int32_t dtype, int trans_a, int trans_b, int64_t m,
+                   int64_t n, int64_t k, double alpha, const void *A, int64_t lda,
+                   const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
+
+/* ---- kernels (defined in kernels_*.c, listed in kernel_table.c) ------------- */
+#define REF_KERNEL(name) fl_status name(const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx)
+
+/* kernels_elementwise.c */
+REF_KERNEL(ref_k_add_tensor); REF_KERNEL(ref_k_add__tensor);
+REF_KERNEL(ref_k_add_scalar); REF_KERNEL(ref_k_add__scalar);
+REF_KERNEL(ref_k_sub_tensor); REF_KERNEL(ref_k_sub__tensor);
+REF_KERNEL(ref_k_sub_scalar); REF_KERNEL(ref_k_sub__scalar);
+REF_KERNEL(ref_k_rsub_scalar);
+REF_KERNEL(ref_k_mul_tensor); REF_KERNEL(ref_k_mul__tensor);
+REF_KERNEL(ref_k_mul_scalar); REF_KERNEL(ref_k_mul__scalar);
+REF_KERNEL(ref_k_div_tensor); REF_KERNEL(ref_k_div__tensor);
+REF_KERNEL(ref_k_div_scalar); REF_KERNEL(ref_k_div__scalar);
+REF_KERNEL(ref_k_maximum); REF_KERNEL(ref_k_minimum);
+REF_KERNEL(ref_k_neg); REF_KERNEL(ref_k_neg_);
+REF_KERNEL(ref_k_exp); REF_KERNEL(ref_k_exp_);
+REF_KERNEL(ref_k_log); REF_KERNEL(ref_k_log_);
+REF_KERNEL(ref_k_sqrt); REF_KERNEL(ref_k_sqrt_);
+REF_KERNEL(ref_k_rsqrt); REF_KERNEL(ref_k_rsqrt_);
+REF_KERNEL(ref_k_abs); REF_KERNEL(ref_k_abs_);
+REF_KERNEL(ref_k_sigmoid); REF_KERNEL(ref_k_sigmoid_);
+REF_KERNEL(ref_k_tanh); REF_KERNEL(ref_k_tanh_);
+REF_KERNEL(ref_k_reciprocal);
+REF_KERNEL(ref_k_relu); REF_KERNEL(ref_k_relu_);
+REF_KERNEL(ref_k_threshold_backward);
+REF_KERNEL(ref_k_sigmoid_backward); REF_KERNEL(ref_k_tanh_backward);
+REF_KERNEL(ref_k_pow_tensor_scalar); REF_KERNEL(ref_k_pow__scalar);
+REF_KERNEL(ref_k_lerp_scalar); REF_KERNEL(ref_k_lerp__scalar);
+REF_KERNEL(ref_k_addcmul); REF_KERNEL(ref_k_addcmul_);
+REF_KERNEL(ref_k_addcdiv); REF_KERNEL(ref_k_addcdiv_);
+REF_KERNEL(ref_k_clamp); REF_KERNEL(ref_k_clamp_);
+REF_KERNEL(ref_k_where_self);
+REF_KERNEL(ref_k_eq_tensor); REF_KERNEL(ref_k_ne_tensor); REF_KERNEL(ref_k_gt_tensor);
+REF_KERNEL(ref_k_lt_tensor); REF_KERNEL(ref_k_ge_tensor); REF_KERNEL(ref_k_le_tensor);
+REF_KERNEL(ref_k_eq_scalar); REF_KERNEL(ref_k_ne_scalar); REF_KERNEL(ref_k_gt_scalar);
+REF_KERNEL(ref_k_lt_scalar); REF_KERNEL(ref_k_ge_scalar); REF_KERNEL(ref_k_le_scalar);
+/* kernels_copy.c */
+REF_KERNEL(ref_k_copy_); REF_KERNEL(ref_k_fill__scalar); REF_KERNEL(ref_k_zero_);
+/* kernels_reduce.c */
+REF_KERNEL(ref_k_sum); REF_KERNEL(ref_k_sum_dim); REF_KERNEL(ref_k_mean);
+REF_KERNEL(ref_k_mean_dim); REF_KERNEL(ref_k_argmax); REF_KERNEL(ref_k_max);
+REF_KERNEL(ref_k_min);
+/* kernels_matmul.c */
+REF_KERNEL(ref_k_mm); REF_KERNEL(ref_k_addmm); REF_KERNEL(ref_k_bmm);
+/* kernels_conv.c */
+REF_KERNEL(ref_k_convolution); REF_KERNEL(ref_k_convolution_backward);
+/* kernels_pool.c */
+REF_KERNEL(ref_k_max_pool2d_with_indices); REF_KERNEL(ref_k_max_pool2d_with_indices_backward);
+/* kernels_loss.c */
+REF_KERNEL(ref_k_log_softmax); REF_KERNEL(ref_k_log_softmax_backward_data);
+REF_KERNEL(ref_k_softmax); REF_KERNEL(ref_k_softmax_backward_data);
+REF_KERNEL(ref_k_nll_loss_forward); REF_KERNEL(ref_k_nll_loss_backward);
+/* kernels_random.c */
+REF_KERNEL(ref_k_normal_); REF_KERNEL(ref_k_uniform_); REF_KERNEL(ref_k_bernoulli__float);
+
+#endif /* REF_KERNEL_UTIL_H */

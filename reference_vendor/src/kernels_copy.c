@@ -1,0 +1,184 @@
+/*
+ * kernels_copy.c -- copy_ (any dtype to any dtype, broadcasting, arbitrary
+ * strides on both sides, overlapping src/dst handled through a temporary),
+ * fill_.Scalar and zero_ for every dtype.
+ */
+#include "kernel_util.h"
+
+typedef struct copy_ctx {
+    int32_t ddt, sdt;
+} copy_ctx;
+
+static void copy_row(char **p, const int64_t *st, int64_t n, void *vc) {
+    const copy_ctx *c = (const copy_ctx *)vc;
+    ref_convert(p[0], c->ddt, st[0], p[1], c->sdt, st[1], n);
+}
+
+typedef struct fill_ctx {
+    size_t es;
+    unsigned char pattern[8];
+    int zero;
+} fill_ctx;
+
+static void fill_row(char **p, const int64_t *st, int64_t n, void *vc) {
+    const fill_ctx *c = (const fill_ctx *)vc;
+    char *d = p[0];
+    int64_t s = st[0];
+    if (s == (int64_t)c->es && c->zero) {
+        memset(d, 0, (size_t)n * c->es);
+        return;
+    }
+    switch (c->es) {
+    case 1: {
+        uint8_t v = c->pattern[0];
+        if (s == 1)
+            memset(d, v, (size_t)n);
+        else
+            for (int64_t i = 0; i < n; ++i)
+                *(ref_u8 *)(d + i * s) = v;
+        break;
+    }
+    case 2: {
+        uint16_t v;
+        memcpy(&v, c->pattern, 2);
+        if (s == 2)
+            for (int64_t i = 0; i < n; ++i)
+                ((ref_u16 *)d)[i] = v;
+        else
+            for (int64_t i = 0; i < n; ++i)
+                *(ref_u16 *)(d + i * s) = v;
+        break;
+    }
+    case 4: {
+        int32_t v;
+        memcpy(&v, c->pattern, 4);
+        if (s == 4)
+            for (int64_t i = 0; i < n; ++i)
+                ((ref_i32 *)d)[i] = v;
+        else
+            for (int64_t i = 0; i < n; ++i)
+                *(ref_i32 *)(d + i * s) = v;
+        break;
+    }
+    default: {
+        int64_t v;
+        memcpy(&v, c->pattern, 8);
+        if (s == 8)
+            for (int64_t i = 0; i < n; ++i)
+                ((ref_i64 *)d)[i] = v;
+        else
+            for (int64_t i = 0; i < n; ++i)
+                *(ref_i64 *)(d + i * s) = v;
+        break;
+    }
+    }
+}
+
+static void fill_tensor(const fl_tensor *t, const ref_scalar *value) {
+    fill_ctx c;
+    memset(&c, 0, sizeof c);
+    c.es = ref_dtype_size(t->dtype);
+    if (value->kind == FL_ARG_FLOAT)
+        ref_store_f64(c.pattern, t->dtype, value->f);
+    else
+        ref_store_i64(c.pattern, t->dtype, value->i);
+    c.zero = 1;
+    for (size_t i = 0; i < c.es; ++i)
+        if (c.pattern[i])
+            c.zero = 0;
+    int64_t strides[1][REF_MAX_DIMS];
+    for (int32_t d = 0; d < t->ndim; ++d)
+        strides[0][d] = t->strides[d] * (int64_t)c.es;
+    char *p = (char *)ref_tensor_data(t);
+    ref_for_each_row(t->ndim, t->sizes, 1, &p, strides, 0, fill_row, &c);
+}
+
+/* copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> self */
+REF_KERNEL(ref_k_copy_) {
+    ref_args a;
+    const fl_tensor *self, *dst;
+    ref_operand src;
+    REF_TRY(ref_args_init(&a, "copy_", args, nargs, 4, ctx));
+    REF_TRY(ref_get_tensor(&a, 0, "self", &self));
+    REF_TRY(ref_get_operand(&a, 1, "src", &src));
+    REF_TRY(ref_get_tensor(&a, 3, "out", &dst));
+    (void)self;
+    if (!src.t) {
+        fill_tensor(dst, &src.s);
+        return FL_SUCCESS;
+    }
+    if (ref_same_view(dst, src.t))
+        return FL_SUCCESS;
+
+    int nd = dst->ndim;
+    int64_t strides[2][REF_MAX_DIMS];
+    int64_t des = (int64_t)ref_dtype_size(dst->dtype);
+    for (int d = 0; d < nd; ++d) {
+        strides[0][d] = dst->strides[d] * des;
+        if (dst->sizes[d] > 1 && dst->strides[d] == 0)
+            return ref_fail(&a, "the destination has more than one element at the same memory "
+                                "location (stride 0 in dim %d)", d);
+    }
+    REF_TRY(ref_broadcast_strides(&a, src.t, "src", nd, dst->sizes, strides[1]));
+    if (ref_numel(dst) == 0)
+        return FL_SUCCESS;
+
+    const fl_tensor *s = src.t;
+    void *tmp = NULL;
+    fl_tensor tmp_t;
+    int64_t tmp_strides[REF_MAX_DIMS];
+    if (ref_may_overlap(dst, s)) {
+        /* materialise src contiguously first so that no element is read after
+         * it has been overwritten */
+        int64_t n = ref_numel(s);
+        size_t ses = ref_dtype_size(s->dtype);
+        tmp = ref_alloc((size_t)n * ses);
+        if (!tmp)
+            return ref_fail(&a, "out of host memory for a %lld-element temporary", (long long)n);
+        int64_t st[2][REF_MAX_DIMS];
+        int64_t acc = 1;
+        for (int d = s->ndim - 1; d >= 0; --d) {
+            tmp_strides[d] = acc;
+            st[0][d] = acc * (int64_t)ses;
+            st[1][d] = s->strides[d] * (int64_t)ses;
+            acc *= s->sizes[d];
+        }
+        char *pp[2] = {(char *)tmp, (char *)ref_tensor_data(s)};
+        copy_ctx cc = {s->dtype, s->dtype};
+        ref_for_each_row(s->ndim, s->sizes, 2, pp, st, 1, copy_row, &cc);
+        tmp_t = *s;
+        tmp_t.base = (fl_devptr)(uintptr_t)tmp;
+        tmp_t.byte_offset = 0;
+        tmp_t.strides = tmp_strides;
+        s = &tmp_t;
+        REF_TRY(ref_broadcast_strides(&a, s, "src", nd, dst->sizes, strides[1]));
+    }
+    char *ptrs[2] = {(char *)ref_tensor_data(dst), (char *)ref_tensor_data(s)};
+    copy_ctx c = {dst->dtype, s->dtype};
+    ref_for_each_row(nd, dst->sizes, 2, ptrs, strides, 0, copy_row, &c);
+    ref_free(tmp);
+    return FL_SUCCESS;
+}
+
+/* fill_.Scalar(Tensor(a!) self, Scalar value) -> self */
+REF_KERNEL(ref_k_fill__scalar) {
+    ref_args a;
+    const fl_tensor *out;
+    ref_scalar v;
+    REF_TRY(ref_args_init(&a, "fill_.Scalar", args, nargs, 3, ctx));
+    REF_TRY(ref_get_scalar(&a, 1, "value", &v));
+    REF_TRY(ref_get_tensor(&a, 2, "out", &out));
+    fill_tensor(out, &v);
+    return FL_SUCCESS;
+}
+
+/* zero_(Tensor(a!) self) -> self */
+REF_KERNEL(ref_k_zero_) {
+    ref_args a;
+    const fl_tensor *out;
+    REF_TRY(ref_args_init(&a, "zero_", args, nargs, 2, ctx));
+    REF_TRY(ref_get_tensor(&a, 1, "out", &out));
+    ref_scalar z = {FL_ARG_INT, 0.0, 0};
+    fill_tensor(out, &z);
+    return FL_SUCCESS;
+}

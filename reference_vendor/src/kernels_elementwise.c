@@ -1,0 +1,681 @@
+/*
+ * kernels_elementwise.c -- pointwise ops (TensorIterator-style).
+ *
+ * Every op goes through ref_elementwise: inputs broadcast to the output's
+ * shape, scalars accepted in any tensor slot, the computation dtype is
+ * PyTorch's result_type of the inputs (integral results of "float" ops such
+ * as div/exp compute in float32), inputs of another dtype and outputs of
+ * another dtype are cast in chunks.  Loops exist for float (float32, float16
+ * and bfloat16 compute in float), double and int64 (all integral types and
+ * bool compute in int64 with wrap-around).  In-place overloads share the
+ * out-of-place code: the trailing output argument is self.
+ */
+#include <math.h>
+
+#include "kernel_util.h"
+
+#if defined(__AVX__) || defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+typedef struct ew_params {
+    float f[4];
+    double d[4];
+    int64_t i[4];
+} ew_params;
+
+#define PARAM(T, k) _Generic((T)0, float: P->f[k], double: P->d[k], default: P->i[k])
+
+#ifdef __FMA__
+#define FMA_(T, a, b, c) _Generic((T)0, float: fmaf, default: fma)((a), (b), (c))
+#else
+#define FMA_(T, a, b, c) ((a) * (b) + (c))
+#endif
+
+/* integer arithmetic with wrap-around (no UB) */
+#define IADD(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
+#define ISUB(a, b) ((int64_t)((uint64_t)(a) - (uint64_t)(b)))
+#define IMUL(a, b) ((int64_t)((uint64_t)(a) * (uint64_t)(b)))
+
+/* ---- loop templates ------------------------------------------------------- */
+
+#define EW_LOOP1(NAME, TT, TU, OTT, OTU, SETUP, EXPR)                               \
+    static void NAME(char **data, const int64_t *st, int64_t n, const void *pp) {  \
+        typedef TT T;                                                              \
+        typedef OTT OT;                                                            \
+        const ew_params *P = (const ew_params *)pp;                                \
+        (void)P;                                                                   \
+        SETUP                                                                      \
+        char *o_ = data[0];                                                        \
+        const char *a_ = data[1];                                                  \
+        if (st[0] == (int64_t)sizeof(OT) && st[1] == (int64_t)sizeof(T)) {         \
+            OTU *o = (OTU *)o_;                                                    \
+            const TU *ap = (const TU *)a_;                                         \
+            for (int64_t i = 0; i < n; ++i) {                                      \
+                T a = ap[i];                                                       \
+                o[i] = (OT)(EXPR);                                                 \
+            }                                                                      \
+        } else {                                                                   \
+            for (int64_t i = 0; i < n; ++i) {                                      \
+                T a = *(const TU *)(a_ + i * st[1]);                               \
+                *(OTU *)(o_ + i * st[0]) = (OT)(EXPR);                             \
+            }                                                                      \
+        }                                                                          \
+    }
+
+#define EW_LOOP2(NAME, TT, TU, OTT, OTU, SETUP, EXPR)                               \
+    static void NAME(char **data, const int64_t *st, int64_t n, const void *pp) {  \
+        typedef TT T;                                                              \
+        typedef OTT OT;                                                            \
+        const ew_params *P = (const ew_params *)pp;                                \
+        (void)P;                                                                   \
+        SETUP                                                                      \
+        char *o_ = data[0];                                                        \
+        const char *a_ = data[1], *b_ = data[2];                                   \
+        const int64_t so = (int64_t)sizeof(OT), si = (int64_t)sizeof(T);           \
+        if (st[0] == so && st[1] == si && st[2] == si) {                           \
+            OTU *o = (OTU *)o_;                                                    \
+            const TU *ap = (const TU *)a_, *bp = (const TU *)b_;                   \
+            for (int64_t i = 0; i < n; ++i) {                                      \
+                T a = ap[i], b = bp[i];                                            \
+                o[i] = (OT)(EXPR);                                                 \
+            }                                                                      \
+        } else if (st[0] == so && st[1] == si && st[2] == 0) {                     \
+            OTU *o = (OTU *)o_;                                                    \
+            const TU *ap = (const TU *)a_;                                         \
+            const T b = *(const TU *)b_;                                           \
+            for (int64_t i = 0; i < n; ++i) {                                      \
+                T a = ap[i];                                                       \
+                o[i] = (OT)(EXPR);                                                 \
+            }                                                                      \
+        } else if (st[0] == so && st[1] == 0 && st[2] == si) {                     \
+            OTU *o = (OTU *)o_;                                                    \
+            const TU *bp = (const TU *)b_;                                         \
+            const T a = *(const TU *)a_;                                           \
+            for (int64_t i = 0; i < n; ++i) {                                      \
+                T b = bp[i];                                                       \
+                o[i] = (OT)(EXPR);                                                 \
+            }                                                                      \
+        } else {                                                                   \
+            for (int64_t i = 0; i < n; ++i) {                                      \
+                T a = *(const TU *)(a_ + i * st[1]);                               \
+                T b = *(const TU *)(b_ + i * st[2]);                               \
+                *(OTU *)(o_ + i * st[0]) = (OT)(EXPR);                             \
+            }                                                                      \
+        }                                                                          \
+    }
+
+/* three inputs of type T (c is the third) */
+#define EW_LOOP3(NAME, TT, TU, SETUP, EXPR)                                          \
+    static void NAME(char **data, const int64_t *st, int64_t n, const void *pp) {  \
+        typedef TT T;                                                              \
+        const ew_params *P = (const ew_params *)pp;                                \
+        (void)P;                                                                   \
+        SETUP                                                                      \
+        char *o_ = data[0];                                                        \
+        const char *a_ = data[1], *b_ = data[2], *c_ = data[3];                    \
+        const int64_t s = (int64_t)sizeof(T);                                      \
+        if (st[0] == s && st[1] == s && st[2] == s && st[3] == s) {                \
+            TU *o = (TU *)o_;                                                      \
+            const TU *ap = (const TU *)a_, *bp = (const TU *)b_, *cp = (const TU *)c_; \
+            for (int64_t i = 0; i < n; ++i) {                                      \
+                T a = ap[i], b = bp[i], c = cp[i];                                 \
+                o[i] = (EXPR);                                                     \
+            }                                                                      \
+        } else {                                                                   \
+            for (int64_t i = 0; i < n; ++i) {                                      \
+                T a = *(const TU *)(a_ + i * st[1]);                               \
+                T b = *(const TU *)(b_ + i * st[2]);                               \
+                T c = *(const TU *)(c_ + i * st[3]);                               \
+                *(TU *)(o_ + i * st[0]) = (EXPR);                                  \
+            }                                                                      \
+        }                                                                          \
+    }
+
+/* where: cond (bool byte), b and c of type T */
+#define EW_WHERE(NAME, T, TU)                                                      \
+    static void NAME(char **data, const int64_t *st, int64_t n, const void *pp) {  \
+        (void)pp;                                                                  \
+        char *o_ = data[0];                                                        \
+        const char *a_ = data[1], *b_ = data[2], *c_ = data[3];                    \
+        const int64_t s = (int64_t)sizeof(T);                                      \
+        if (st[0] == s && st[1] == 1 && st[2] == s && st[3] == s) {                \
+            TU *o = (TU *)o_;                                                      \
+            const ref_u8 *ap = (const ref_u8 *)a_;                                 \
+            const TU *bp = (const TU *)b_, *cp = (const TU *)c_;                   \
+            for (int64_t i = 0; i < n; ++i)                                        \
+                o[i] = ap[i] ? bp[i] : cp[i];                                      \
+        } else {                                                                   \
+            for (int64_t i = 0; i < n; ++i) {                                      \
+                uint8_t a = *(const ref_u8 *)(a_ + i * st[1]);                     \
+                T b = *(const TU *)(b_ + i * st[2]);                               \
+                T c = *(const TU *)(c_ + i * st[3]);                               \
+                *(TU *)(o_ + i * st[0]) = a ? b : c;                               \
+            }                                                                      \
+        }                                                                          \
+    }
+
+#define NOSETUP
+
+#define DEF1_F(NAME, SETUP, EXPR)                                                  \
+    EW_LOOP1(NAME##_f32, float, ref_f32, float, ref_f32, SETUP, EXPR)              \
+    EW_LOOP1(NAME##_f64, double, ref_f64, double, ref_f64, SETUP, EXPR)
+#define DEF1_I(NAME, SETUP, EXPR) \
+    EW_LOOP1(NAME##_i64, int64_t, ref_i64, int64_t, ref_i64, SETUP, EXPR)
+#define DEF2_F(NAME, SETUP, EXPR)                                                  \
+    EW_LOOP2(NAME##_f32, float, ref_f32, float, ref_f32, SETUP, EXPR)              \
+    EW_LOOP2(NAME##_f64, double, ref_f64, double, ref_f64, SETUP, EXPR)
+#define DEF2_I(NAME, SETUP, EXPR) \
+    EW_LOOP2(NAME##_i64, int64_t, ref_i64, int64_t, ref_i64, SETUP, EXPR)
+#define DEF_CMP(NAME, EXPR)                                                        \
+    EW_LOOP2(NAME##_f32, float, ref_f32, uint8_t, ref_u8, NOSETUP, EXPR)           \
+    EW_LOOP2(NAME##_f64, double, ref_f64, uint8_t, ref_u8, NOSETUP, EXPR)          \
+    EW_LOOP2(NAME##_i64, int64_t, ref_i64, uint8_t, ref_u8, NOSETUP, EXPR)
+#define DEF3_F(NAME, SETUP, EXPR)                                                  \
+    EW_LOOP3(NAME##_f32, float, ref_f32, SETUP, EXPR)                              \
+    EW_LOOP3(NAME##_f64, double, ref_f64, SETUP, EXPR)
+#define DEF3_I(NAME, SETUP, EXPR) EW_LOOP3(NAME##_i64, int64_t, ref_i64, SETUP, EXPR)
+
+#define G1(F, x) _Generic((x), float: F##f, default: F)(x)
+
+/* ---- loops ----------------------------------------------------------------- */
+
+/* binary arithmetic.  Where PyTorch's vectorised CPU kernels fuse a multiply
+ * and an add (add/sub with alpha, addcmul, lerp, tanh_backward) an explicit
+ * fma gives bit-identical results on FMA hardware. */
+DEF2_F(l_add, const T alpha = PARAM(T, 0);, FMA_(T, alpha, b, a))
+DEF2_I(l_add, const T alpha = PARAM(T, 0);, IADD(a, IMUL(alpha, b)))
+DEF2_F(l_sub, const T nalpha = -PARAM(T, 0);, FMA_(T, nalpha, b, a))
+DEF2_I(l_sub, const T alpha = PARAM(T, 0);, ISUB(a, IMUL(alpha, b)))
+DEF2_F(l_mul, NOSETUP, a * b)
+DEF2_I(l_mul, NOSETUP, IMUL(a, b))
+DEF2_F(l_div, NOSETUP, a / b)
+DEF2_F(l_maximum, NOSETUP, (a != a) ? a : ((b != b) ? b : (a < b ? b : a)))
+DEF2_I(l_maximum, NOSETUP, a < b ? b : a)
+DEF2_F(l_minimum, NOSETUP, (a != a) ? a : ((b != b) ? b : (b < a ? b : a)))
+DEF2_I(l_minimum, NOSETUP, b < a ? b : a)
+/* a = grad, b = self */
+DEF2_F(l_threshold_bw, const T thr = PARAM(T, 0);, b <= thr ? (T)0 : a)
+DEF2_I(l_threshold_bw, const T thr = PARAM(T, 0);, b <= thr ? (T)0 : a)
+/* a = grad_output, b = output */
+DEF2_F(l_sigmoid_bw, NOSETUP, a * ((T)1 - b) * b)
+DEF2_F(l_tanh_bw, NOSETUP, a * FMA_(T, -b, b, (T)1))
+
+/* comparisons (bool out) */
+DEF_CMP(l_eq, a == b)
+DEF_CMP(l_ne, a != b)
+DEF_CMP(l_gt, a > b)
+DEF_CMP(l_lt, a < b)
+DEF_CMP(l_ge, a >= b)
+DEF_CMP(l_le, a <= b)
+
+/* unary */
+DEF1_F(l_neg, NOSETUP, -a)
+DEF1_I(l_neg, NOSETUP, ISUB(0, a))
+DEF1_F(l_abs, NOSETUP, G1(fabs, a))
+DEF1_I(l_abs, NOSETUP, a < 0 ? ISUB(0, a) : a)
+DEF1_F(l_exp, NOSETUP, G1(exp, a))
+DEF1_F(l_log, NOSETUP, G1(log, a))
+DEF1_F(l_rsqrt, NOSETUP, (T)1 / G1(sqrt, a))
+DEF1_F(l_reciprocal, NOSETUP, (T)1 / a)
+DEF1_F(l_sigmoid, NOSETUP, (T)1 / ((T)1 + G1(exp, -a)))
+DEF1_F(l_tanh, NOSETUP, G1(tanh, a))
+DEF1_F(l_relu, NOSETUP, a < 0 ? (T)0 : a)
+DEF1_I(l_relu, NOSETUP, a < 0 ? (T)0 : a)
+EW_LOOP1(l_sqrt_f64, double, ref_f64, double, ref_f64, NOSETUP, sqrt(a))
+
+/* float32 sqrt: vectorised by hand (libm's errno handling blocks the
+ * auto-vectoriser); sqrt is correctly rounded either way. */
+static void l_sqrt_f32(char **data, const int64_t *st, int64_t n, const void *pp) {
+    (void)pp;
+    char *o_ = data[0];
+    const char *a_ = data[1];
+    if (st[0] == 4 && st[1] == 4) {
+        float *o = (float *)(void *)o_;
+        const float *ap = (const float *)(const void *)a_;
+        int64_t i = 0;
+#if defined(__AVX__)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(o + i, _mm256_sqrt_ps(_mm256_loadu_ps(ap + i)));
+#elif defined(__SSE2__)
+        for (; i + 4 <= n; i += 4)
+            _mm_storeu_ps(o + i, _mm_sqrt_ps(_mm_loadu_ps(ap + i)));
+#endif
+        for (; i < n; ++i)
+            ((ref_f32 *)o)[i] = sqrtf(((const ref_f32 *)ap)[i]);
+    } else {
+        for (int64_t i = 0; i < n; ++i)
+            *(ref_f32 *)(o_ + i * st[0]) = sqrtf(*(const ref_f32 *)(a_ + i * st[1]));
+    }
+}
+
+/* pow with a scalar exponent (PyTorch's special cases) */
+EW_LOOP1(l_powg_f32, float, ref_f32, float, ref_f32, const float e = P->f[0];, powf(a, e))
+EW_LOOP1(l_powg_f64, double, ref_f64, double, ref_f64, const double e = P->d[0];, pow(a, e))
+DEF1_F(l_pow_sq, NOSETUP, a * a)
+DEF1_F(l_pow_cube, NOSETUP, a * a * a)
+DEF1_F(l_pow_invsq, NOSETUP, (T)1 / (a * a))
+DEF1_F(l_pow_one, NOSETUP, ((void)a, (T)1))
+DEF1_F(l_copy, NOSETUP, a)
+static inline int64_t ipow(int64_t b, int64_t e) {
+    uint64_t r = 1, x = (uint64_t)b;
+    while (e > 0) {
+        if (e & 1)
+            r *= x;
+        x *= x;
+        e >>= 1;
+    }
+    return (int64_t)r;
+}
+DEF1_I(l_pow, const T e = PARAM(T, 0);, ipow(a, e))
+
+/* clamp: NaN input stays NaN; NaN bound gives NaN */
+DEF1_F(l_clamp_min, const T lo = PARAM(T, 0);, (a != a) ? a : (a >= lo ? a : lo))
+DEF1_F(l_clamp_max, const T hi = PARAM(T, 1);, (a != a) ? a : (a <= hi ? a : hi))
+static inline float clamp_f32(float a, float lo, float hi) {
+    if (a != a)
+        return a;
+    float r = a >= lo ? a : lo; /* NaN lo -> NaN */
+    return (r != r || r <= hi) ? r : hi; /* NaN hi -> NaN */
+}
+static inline double clamp_f64(double a, double lo, double hi) {
+    if (a != a)
+        return a;
+    double r = a >= lo ? a : lo;
+    return (r != r || r <= hi) ? r : hi;
+}
+DEF1_F(l_clamp_both, const T lo = PARAM(T, 0); const T hi = PARAM(T, 1);,
+       _Generic((T)0, float: clamp_f32, default: clamp_f64)(a, lo, hi))
+DEF1_I(l_clamp_min, const T lo = PARAM(T, 0);, a < lo ? lo : a)
+DEF1_I(l_clamp_max, const T hi = PARAM(T, 1);, a > hi ? hi : a)
+DEF1_I(l_clamp_both, const T lo = PARAM(T, 0); const T hi = PARAM(T, 1);,
+       (a < lo ? lo : a) > hi ? hi : (a < lo ? lo : a))
+
+/* ternary: a = self, b = tensor1/end, c = tensor2 */
+DEF3_F(l_addcmul, const T v = PARAM(T, 0);, FMA_(T, v * b, c, a))
+DEF3_I(l_addcmul, const T v = PARAM(T, 0);, IADD(a, IMUL(IMUL(v, b), c)))
+DEF3_F(l_addcdiv, const T v = PARAM(T, 0);, a + v * b / c)
+
+/* lerp: two-branch formula, as PyTorch's vectorised kernel (one fma) */
+DEF2_F(l_lerp, const T w = PARAM(T, 0); const int small = G1(fabs, w) < (T)0.5;
+       const T coeff = small ? w : w - (T)1;,
+       FMA_(T, coeff, b - a, small ? a : b))
+
+EW_WHERE(l_where_f32, float, ref_f32)
+EW_WHERE(l_where_f64, double, ref_f64)
+EW_WHERE(l_where_i64, int64_t, ref_i64)
+
+/* ---- op driver ------------------------------------------------------------------ */
+
+typedef struct ew_loops {
+    ref_loop_fn f32, f64, i64;
+} ew_loops;
+
+#define LOOPS_F(NAME) ((ew_loops){NAME##_f32, NAME##_f64, NULL})
+#define LOOPS_FI(NAME) ((ew_loops){NAME##_f32, NAME##_f64, NAME##_i64})
+
+enum {
+    EW_INT_TO_FLOAT = 1u, /* integral/bool common dtype computes in float32 */
+    EW_NO_BOOL = 2u,      /* bool common dtype is not supported */
+    EW_BOOL_OUT = 4u,     /* comparison: the loop writes bool */
+    EW_SCALAR_OPMATH = 8u, /* a scalar second input keeps float precision for
+                              float16/bfloat16 (PyTorch's mul/div) */
+};
+
+enum { IN_PROMOTE = 0, IN_COND = 1 };
+
+typedef struct ew_call {
+    const fl_tensor *out;
+    int nin;
+    ref_operand in[REF_EW_MAX_INPUTS];
+    int in_role[REF_EW_MAX_INPUTS];      /* IN_PROMOTE or IN_COND */
+    int nextra;                          /* scalars that join the type promotion */
+    ref_operand extra[2];
+    int nparams;                         /* scalars converted to the compute type */
+    ref_scalar params[4];
+    const char *param_names[4];
+    int param_trunc[4];                  /* fractional value allowed for integral compute */
+} ew_call;
+
+static fl_status run_ew(const ref_args *a, ew_loops loops, unsigned flags, ew_call *c) {
+    ref_operand prom[REF_EW_MAX_INPUTS + 2];
+    int np = 0;
+    for (int k = 0; k < c->nin; ++k)
+        if (c->in_role[k] == IN_PROMOTE)
+            prom[np++] = c->in[k];
+    for (int k = 0; k < c->nextra; ++k)
+        prom[np++] = c->extra[k];
+    int32_t common = ref_result_type(prom, np);
+    if (common < 0)
+        return ref_fail(a, "cannot determine the computation dtype");
+    if ((flags & EW_INT_TO_FLOAT) && !ref_is_floating(common))
+        common = FL_FLOAT32;
+    if ((flags & EW_NO_BOOL) && common == FL_BOOL)
+        return ref_fail(a, "bool tensors are not supported");
+    int32_t ldt = common == FL_FLOAT64 ? FL_FLOAT64 : ref_is_floating(common) ? FL_FLOAT32 : FL_INT64;
+    ref_loop_fn fn = ldt == FL_FLOAT32 ? loops.f32 : ldt == FL_FLOAT64 ? loops.f64 : loops.i64;
+    if (!fn)
+        return ref_fail(a, "dtype %s is not supported", ref_dtype_name(common));
+    if (!(flags & EW_BOOL_OUT) && !ref_can_cast(common, c->out->dtype))
+        return ref_fail(a, "result type %s can't be cast to the desired output type %s",
+                        ref_dtype_name(common), ref_dtype_name(c->out->dtype));
+    ew_params P;
+    memset(&P, 0, sizeof P);
+    for (int k = 0; k < c->nparams; ++k) {
+        const ref_scalar *s = &c->params[k];
+        if (ldt == FL_INT64 && s->kind == FL_ARG_FLOAT && s->f != (double)s->i &&
+            !c->param_trunc[k])
+            return ref_fail(a, "for integral input tensors, argument %s must not be a "
+                               "floating point number (got %g)", c->param_names[k], s->f);
+        if (s->kind == FL_ARG_FLOAT) {
+            P.f[k] = (float)s->f;
+            P.d[k] = s->f;
+        } else {
+            P.f[k] = (float)s->i;
+            P.d[k] = (double)s->i;
+        }
+        P.i[k] = s->i;
+    }
+    int32_t in_dt[REF_EW_MAX_INPUTS], via[REF_EW_MAX_INPUTS];
+    for (int k = 0; k < c->nin; ++k) {
+        in_dt[k] = c->in_role[k] == IN_COND ? FL_BOOL : ldt;
+        via[k] = c->in_role[k] == IN_COND ? -1 : common;
+        if (k == 1 && !c->in[k].t && (flags & EW_SCALAR_OPMATH) &&
+            (common == FL_FLOAT16 || common == FL_BFLOAT16))
+            via[k] = -1;
+    }
+    ref_ew_desc d = {
+        .out = c->out,
+        .out_dtype = (flags & EW_BOOL_OUT) ? FL_BOOL : ldt,
+        .nin = c->nin,
+        .in = c->in,
+        .in_dtypes = in_dt,
+        .in_via = via,
+        .fn = fn,
+        .params = &P,
+    };
+    return ref_elementwise(a, &d);
+}
+
+/* ---- argument patterns ----------------------------------------------------------- */
+
+/* (self, out) */
+static fl_status unary(const char *op, const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx,
+                       ew_loops loops, unsigned flags) {
+    ref_args a;
+    ew_call c;
+    memset(&c, 0, sizeof c);
+    REF_TRY(ref_args_init(&a, op, args, nargs, 2, ctx));
+    REF_TRY(ref_get_operand(&a, 0, "self", &c.in[0]));
+    REF_TRY(ref_get_tensor(&a, 1, "out", &c.out));
+    c.nin = 1;
+    return run_ew(&a, loops, flags, &c);
+}
+
+/* (self, other, out) */
+static fl_status binary(const char *op, const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx,
+                        ew_loops loops, unsigned flags) {
+    ref_args a;
+    ew_call c;
+    memset(&c, 0, sizeof c);
+    REF_TRY(ref_args_init(&a, op, args, nargs, 3, ctx));
+    REF_TRY(ref_get_operand(&a, 0, "self", &c.in[0]));
+    REF_TRY(ref_get_operand(&a, 1, "other", &c.in[1]));
+    REF_TRY(ref_get_tensor(&a, 2, "out", &c.out));
+    c.nin = 2;
+    return run_ew(&a, loops, flags, &c);
+}
+
+/* (self, other, alpha, out) */
+static fl_status binary_alpha(const char *op, const fl_arg *args, uint32_t nargs,
+                              ref_kernel_ctx *ctx, ew_loops loops, int reversed,
+                              unsigned flags) {
+    ref_args a;
+    ew_call c;
+    memset(&c, 0, sizeof c);
+    REF_TRY(ref_args_init(&a, op, args, nargs, 4, ctx));
+    REF_TRY(ref_get_operand(&a, reversed ? 1 : 0, reversed ? "other" : "self", &c.in[0]));
+    REF_TRY(ref_get_operand(&a, reversed ? 0 : 1, reversed ? "self" : "other", &c.in[1]));
+    REF_TRY(ref_get_scalar(&a, 2, "alpha", &c.params[0]));
+    REF_TRY(ref_get_tensor(&a, 3, "out", &c.out));
+    c.nin = 2;
+    c.nparams = 1;
+    c.param_names[0] = "alpha";
+    return run_ew(&a, loops, flags, &c);
+}
+
+#define K_BINARY_ALPHA(FN, OPNAME, LOOPS, REV, FLAGS) \
+    REF_KERNEL(FN) { return binary_alpha(OPNAME, args, nargs, ctx, LOOPS, REV, FLAGS); }
+#define K_BINARY(FN, OPNAME, LOOPS, FLAGS) \
+    REF_KERNEL(FN) { return binary(OPNAME, args, nargs, ctx, LOOPS, FLAGS); }
+#define K_UNARY(FN, OPNAME, LOOPS, FLAGS) \
+    REF_KERNEL(FN) { return unary(OPNAME, args, nargs, ctx, LOOPS, FLAGS); }
+
+#define OPM EW_SCALAR_OPMATH
+K_BINARY_ALPHA(ref_k_add_tensor, "add.Tensor", LOOPS_FI(l_add), 0, 0)
+K_BINARY_ALPHA(ref_k_add__tensor, "add_.Tensor", LOOPS_FI(l_add), 0, 0)
+K_BINARY_ALPHA(ref_k_add_scalar, "add.Scalar", LOOPS_FI(l_add), 0, 0)
+K_BINARY_ALPHA(ref_k_add__scalar, "add_.Scalar", LOOPS_FI(l_add), 0, 0)
+K_BINARY_ALPHA(ref_k_sub_tensor, "sub.Tensor", LOOPS_FI(l_sub), 0, EW_NO_BOOL)
+K_BINARY_ALPHA(ref_k_sub__tensor, "sub_.Tensor", LOOPS_FI(l_sub), 0, EW_NO_BOOL)
+K_BINARY_ALPHA(ref_k_sub_scalar, "sub.Scalar", LOOPS_FI(l_sub), 0, EW_NO_BOOL)
+K_BINARY_ALPHA(ref_k_sub__scalar, "sub_.Scalar", LOOPS_FI(l_sub), 0, EW_NO_BOOL)
+K_BINARY_ALPHA(ref_k_rsub_scalar, "rsub.Scalar", LOOPS_FI(l_sub), 1, EW_NO_BOOL)
+
+K_BINARY(ref_k_mul_tensor, "mul.Tensor", LOOPS_FI(l_mul), OPM)
+K_BINARY(ref_k_mul__tensor, "mul_.Tensor", LOOPS_FI(l_mul), OPM)
+K_BINARY(ref_k_mul_scalar, "mul.Scalar", LOOPS_FI(l_mul), OPM)
+K_BINARY(ref_k_mul__scalar, "mul_.Scalar", LOOPS_FI(l_mul), OPM)
+K_BINARY(ref_k_div_tensor, "div.Tensor", LOOPS_F(l_div), EW_INT_TO_FLOAT | OPM)
+K_BINARY(ref_k_div__tensor, "div_.Tensor", LOOPS_F(l_div), EW_INT_TO_FLOAT | OPM)
+K_BINARY(ref_k_div_scalar, "div.Scalar", LOOPS_F(l_div), EW_INT_TO_FLOAT | OPM)
+K_BINARY(ref_k_div__scalar, "div_.Scalar", LOOPS_F(l_div), EW_INT_TO_FLOAT | OPM)
+K_BINARY(ref_k_maximum, "maximum", LOOPS_FI(l_maximum), 0)
+K_BINARY(ref_k_minimum, "minimum", LOOPS_FI(l_minimum), 0)
+K_BINARY(ref_k_sigmoid_backward, "sigmoid_backward", LOOPS_F(l_sigmoid_bw), EW_NO_BOOL)
+K_BINARY(ref_k_tanh_backward, "tanh_backward", LOOPS_F(l_tanh_bw), EW_NO_BOOL)
+
+K_BINARY(ref_k_eq_tensor, "eq.Tensor", LOOPS_FI(l_eq), EW_BOOL_OUT)
+K_BINARY(ref_k_ne_tensor, "ne.Tensor", LOOPS_FI(l_ne), EW_BOOL_OUT)
+K_BINARY(ref_k_gt_tensor, "gt.Tensor", LOOPS_FI(l_gt), EW_BOOL_OUT)
+K_BINARY(ref_k_lt_tensor, "lt.Tensor", LOOPS_FI(l_lt), EW_BOOL_OUT)
+K_BINARY(ref_k_ge_tensor, "ge.Tensor", LOOPS_FI(l_ge), EW_BOOL_OUT)
+K_BINARY(ref_k_le_tensor, "le.Tensor", LOOPS_FI(l_le), EW_BOOL_OUT)
+K_BINARY(ref_k_eq_scalar, "eq.Scalar", LOOPS_FI(l_eq), EW_BOOL_OUT)
+K_BINARY(ref_k_ne_scalar, "ne.Scalar", LOOPS_FI(l_ne), EW_BOOL_OUT)
+K_BINARY(ref_k_gt_scalar, "gt.Scalar", LOOPS_FI(l_gt), EW_BOOL_OUT)
+K_BINARY(ref_k_lt_scalar, "lt.Scalar", LOOPS_FI(l_lt), EW_BOOL_OUT)
+K_BINARY(ref_k_ge_scalar, "ge.Scalar", LOOPS_FI(l_ge), EW_BOOL_OUT)
+K_BINARY(ref_k_le_scalar, "le.Scalar", LOOPS_FI(l_le), EW_BOOL_OUT)
+
+K_UNARY(ref_k_neg, "neg", LOOPS_FI(l_neg), EW_NO_BOOL)
+K_UNARY(ref_k_neg_, "neg_", LOOPS_FI(l_neg), EW_NO_BOOL)
+K_UNARY(ref_k_abs, "abs", LOOPS_FI(l_abs), EW_NO_BOOL)
+K_UNARY(ref_k_abs_, "abs_", LOOPS_FI(l_abs), EW_NO_BOOL)
+K_UNARY(ref_k_exp, "exp", LOOPS_F(l_exp), EW_INT_TO_FLOAT)
+K_UNARY(ref_k_exp_, "exp_", LOOPS_F(l_exp), EW_INT_TO_FLOAT)
+K_UNARY(ref_k_log, "log", LOOPS_F(l_log), EW_INT_TO_FLOAT)
+K_UNARY(ref_k_log_, "log_", LOOPS_F(l_log), EW_INT_TO_FLOAT)
+K_UNARY(ref_k_sqrt, "sqrt", LOOPS_F(l_sqrt), EW_INT_TO_FLOAT)
+K_UNARY(ref_k_sqrt_, "sqrt_", LOOPS_F(l_sqrt), EW_INT_TO_FLOAT)
+K_UNARY(ref_k_rsqrt, "rsqrt", LOOPS_F(l_rsqrt), EW_INT_TO_FLOAT)
+K_UNARY(ref_k_rsqrt_, "rsqrt_", LOOPS_F(l_rsqrt), EW_INT_TO_FLOAT)
+K_UNARY(ref_k_reciprocal, "reciprocal", LOOPS_F(l_reciprocal), EW_INT_TO_FLOAT)
+K_UNARY(ref_k_sigmoid, "sigmoid", LOOPS_F(l_sigmoid), EW_INT_TO_FLOAT)
+K_UNARY(ref_k_sigmoid_, "sigmoid_", LOOPS_F(l_sigmoid), EW_INT_TO_FLOAT)
+K_UNARY(ref_k_tanh, "tanh", LOOPS_F(l_tanh), EW_INT_TO_FLOAT)
+K_UNARY(ref_k_tanh_, "tanh_", LOOPS_F(l_tanh), EW_INT_TO_FLOAT)
+K_UNARY(ref_k_relu, "relu", LOOPS_FI(l_relu), EW_NO_BOOL)
+K_UNARY(ref_k_relu_, "relu_", LOOPS_FI(l_relu), EW_NO_BOOL)
+
+/* threshold_backward(grad_output, self, threshold) */
+REF_KERNEL(ref_k_threshold_backward) {
+    ref_args a;
+    ew_call c;
+    memset(&c, 0, sizeof c);
+    REF_TRY(ref_args_init(&a, "threshold_backward", args, nargs, 4, ctx));
+    REF_TRY(ref_get_operand(&a, 0, "grad_output", &c.in[0]));
+    REF_TRY(ref_get_operand(&a, 1, "self", &c.in[1]));
+    REF_TRY(ref_get_scalar(&a, 2, "threshold", &c.params[0]));
+    REF_TRY(ref_get_tensor(&a, 3, "out", &c.out));
+    c.nin = 2;
+    c.nparams = 1;
+    c.param_names[0] = "threshold";
+    c.param_trunc[0] = 1; /* converted to the tensors' dtype like PyTorch */
+    return run_ew(&a, LOOPS_FI(l_threshold_bw), EW_NO_BOOL, &c);
+}
+
+/* pow.Tensor_Scalar(self, exponent) / pow_.Scalar */
+static fl_status pow_impl(const char *op, const fl_arg *args, uint32_t nargs,
+                          ref_kernel_ctx *ctx) {
+    ref_args a;
+    ew_call c;
+    memset(&c, 0, sizeof c);
+    REF_TRY(ref_args_init(&a, op, args, nargs, 3, ctx));
+    REF_TRY(ref_get_operand(&a, 0, "self", &c.in[0]));
+    REF_TRY(ref_get_scalar(&a, 1, "exponent", &c.params[0]));
+    REF_TRY(ref_get_tensor(&a, 2, "out", &c.out));
+    c.nin = 1;
+    c.nparams = 1;
+    c.param_names[0] = "exponent";
+    c.nextra = 1;
+    c.extra[0].t = NULL;
+    c.extra[0].s = c.params[0];
+    int32_t full = ref_result_type((ref_operand[]){c.in[0], c.extra[0]}, 2);
+    double e = c.params[0].f;
+    if (!ref_is_floating(full)) {
+        if (full == FL_BOOL)
+            return ref_fail(&a, "bool tensors are not supported");
+        if (c.params[0].i < 0)
+            return ref_fail(&a, "integers to negative integer powers are not allowed");
+        return run_ew(&a, (ew_loops){NULL, NULL, l_pow_i64}, EW_NO_BOOL, &c);
+    }
+    ew_loops loops;
+    if (full == FL_FLOAT16 || full == FL_BFLOAT16) {
+        /* PyTorch: the exponent in the tensor's dtype, std::pow, no special cases */
+        uint16_t h;
+        ref_store_f64(&h, full, e);
+        c.params[0].kind = FL_ARG_FLOAT;
+        c.params[0].f = ref_load_f64(&h, full);
+        return run_ew(&a, (ew_loops){l_powg_f32, l_powg_f64, NULL}, EW_NO_BOOL, &c);
+    }
+    if (e == 0.0)
+        loops = LOOPS_F(l_pow_one);
+    else if (e == 1.0)
+        loops = LOOPS_F(l_copy);
+    else if (e == 2.0)
+        loops = LOOPS_F(l_pow_sq);
+    else if (e == 3.0)
+        loops = LOOPS_F(l_pow_cube);
+    else if (e == 0.5)
+        loops = LOOPS_F(l_sqrt);
+    else if (e == -0.5)
+        loops = LOOPS_F(l_rsqrt);
+    else if (e == -1.0)
+        loops = LOOPS_F(l_reciprocal);
+    else if (e == -2.0)
+        loops = LOOPS_F(l_pow_invsq);
+    else
+        loops = (ew_loops){l_powg_f32, l_powg_f64, NULL};
+    return run_ew(&a, loops, EW_NO_BOOL, &c);
+}
+REF_KERNEL(ref_k_pow_tensor_scalar) { return pow_impl("pow.Tensor_Scalar", args, nargs, ctx); }
+REF_KERNEL(ref_k_pow__scalar) { return pow_impl("pow_.Scalar", args, nargs, ctx); }
+
+/* lerp.Scalar(self, end, weight) */
+static fl_status lerp_impl(const char *op, const fl_arg *args, uint32_t nargs,
+                           ref_kernel_ctx *ctx) {
+    ref_args a;
+    ew_call c;
+    memset(&c, 0, sizeof c);
+    REF_TRY(ref_args_init(&a, op, args, nargs, 4, ctx));
+    REF_TRY(ref_get_operand(&a, 0, "self", &c.in[0]));
+    REF_TRY(ref_get_operand(&a, 1, "end", &c.in[1]));
+    REF_TRY(ref_get_scalar(&a, 2, "weight", &c.params[0]));
+    REF_TRY(ref_get_tensor(&a, 3, "out", &c.out));
+    c.nin = 2;
+    c.nparams = 1;
+    c.param_names[0] = "weight";
+    return run_ew(&a, LOOPS_F(l_lerp), EW_NO_BOOL, &c);
+}
+REF_KERNEL(ref_k_lerp_scalar) { return lerp_impl("lerp.Scalar", args, nargs, ctx); }
+REF_KERNEL(ref_k_lerp__scalar) { return lerp_impl("lerp_.Scalar", args, nargs, ctx); }
+
+/* addcmul / addcdiv (self, tensor1, tensor2, *, value) */
+static fl_status addc_impl(const char *op, const fl_arg *args, uint32_t nargs,
+                           ref_kernel_ctx *ctx, ew_loops loops, int is_div) {
+    ref_args a;
+    ew_call c;
+    memset(&c, 0, sizeof c);
+    REF_TRY(ref_args_init(&a, op, args, nargs, 5, ctx));
+    REF_TRY(ref_get_operand(&a, 0, "self", &c.in[0]));
+    REF_TRY(ref_get_operand(&a, 1, "tensor1", &c.in[1]));
+    REF_TRY(ref_get_operand(&a, 2, "tensor2", &c.in[2]));
+    REF_TRY(ref_get_scalar(&a, 3, "value", &c.params[0]));
+    REF_TRY(ref_get_tensor(&a, 4, "out", &c.out));
+    c.nin = 3;
+    c.nparams = 1;
+    c.param_names[0] = "value";
+    if (is_div) {
+        int32_t common = ref_result_type(c.in, 3);
+        if (common >= 0 && !ref_is_floating(common))
+            return ref_fail(&a, "integer division with addcdiv is not supported (dtype %s)",
+                            ref_dtype_name(common));
+    }
+    return run_ew(&a, loops, EW_NO_BOOL, &c);
+}
+REF_KERNEL(ref_k_addcmul) { return addc_impl("addcmul", args, nargs, ctx, LOOPS_FI(l_addcmul), 0); }
+REF_KERNEL(ref_k_addcmul_) { return addc_impl("addcmul_", args, nargs, ctx, LOOPS_FI(l_addcmul), 0); }
+REF_KERNEL(ref_k_addcdiv) { return addc_impl("addcdiv", args, nargs, ctx, LOOPS_F(l_addcdiv), 1); }
+REF_KERNEL(ref_k_addcdiv_) { return addc_impl("addcdiv_", args, nargs, ctx, LOOPS_F(l_addcdiv), 1); }
+
+/* clamp(self, min?, max?) */
+static fl_status clamp_impl(const char *op, const fl_arg *args, uint32_t nargs,
+                            ref_kernel_ctx *ctx) {
+    ref_args a;
+    ew_call c;
+    memset(&c, 0, sizeof c);
+    int has_min, has_max;
+    ref_scalar lo, hi;
+    REF_TRY(ref_args_init(&a, op, args, nargs, 4, ctx));
+    REF_TRY(ref_get_operand(&a, 0, "self", &c.in[0]));
+    REF_TRY(ref_get_opt_scalar(&a, 1, "min", &has_min, &lo));
+    REF_TRY(ref_get_opt_scalar(&a, 2, "max", &has_max, &hi));
+    REF_TRY(ref_get_tensor(&a, 3, "out", &c.out));
+    if (!has_min && !has_max)
+        return ref_fail(&a, "at least one of 'min' or 'max' must not be None");
+    c.nin = 1;
+    c.nparams = 2;
+    c.param_names[0] = "min";
+    c.param_names[1] = "max";
+    c.params[0] = has_min ? lo : (ref_scalar){FL_ARG_INT, 0.0, 0};
+    c.params[1] = has_max ? hi : (ref_scalar){FL_ARG_INT, 0.0, 0};
+    if (has_min)
+        c.extra[c.nextra++].s = lo;
+    if (has_max)
+        c.extra[c.nextra++].s = hi;
+    ew_loops loops = has_min && has_max ? LOOPS_FI(l_clamp_both)
+                     : has_min          ? LOOPS_FI(l_clamp_min)
+                                        : LOOPS_FI(l_clamp_max);
+    return run_ew(&a, loops, EW_NO_BOOL, &c);
+}
+REF_KERNEL(ref_k_clamp) { return clamp_impl("clamp", args, nargs, ctx); }
+REF_KERNEL(ref_k_clamp_) { return clamp_impl("clamp_", args, nargs, ctx); }
+
+/* where.self(condition, self, other) */
+REF_KERNEL(ref_k_where_self) {
+    ref_args a;
+    ew_call c;
+    memset(&c, 0, sizeof c);
+    REF_TRY(ref_args_init(&a, "where.self", args, nargs, 4, ctx));
+    REF_TRY(ref_get_operand(&a, 0, "condition", &c.in[0]));
+    REF_TRY(ref_get_operand(&a, 1, "self", &c.in[1]));
+    REF_TRY(ref_get_operand(&a, 2, "other", &c.in[2]));
+    REF_TRY(ref_get_tensor(&a, 3, "out", &c.out));
+    if (c.in[0].t && c.in[0].t->dtype != FL_BOOL && c.in[0].t->dtype != FL_UINT8)
+        return ref_fail(&a, "condition must be a bool tensor, got %s",
+                        ref_dtype_name(c.in[0].t->dtype));
+    c.nin = 3;
+    c.in_role[0] = IN_COND;
+    return run_ew(&a, (ew_loops){l_where_f32, l_where_f64, l_where_i64}, 0, &c);
+}

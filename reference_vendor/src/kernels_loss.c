@@ -1,0 +1,351 @@
+/*
+ * kernels_loss.c -- _softmax / _log_softmax (any dim, any strides) and their
+ * _backward_data, nll_loss_forward / nll_loss_backward (reduction none /
+ * mean / sum, optional class weights, ignore_index).  float32 and float64;
+ * sums accumulate in double.
+ */
+#include <math.h>
+
+#include "kernel_util.h"
+
+/* ---- softmax family ----------------------------------------------------------- */
+
+enum { SM_SOFTMAX, SM_LOG_SOFTMAX, SM_SOFTMAX_BW, SM_LOG_SOFTMAX_BW };
+
+typedef struct sm_ctx {
+    int mode;
+    int32_t dt;
+    int64_t len;    /* size along dim */
+    int64_t ds[3];  /* byte strides along dim of the operands */
+} sm_ctx;
+
+#define SM_ROW(NAME, T, TU, EXP, LOG)                                                     \
+    static void NAME(const sm_ctx *c, char *const *p) {                                   \
+        const int64_t L = c->len;                                                         \
+        if (c->mode == SM_SOFTMAX || c->mode == SM_LOG_SOFTMAX) {                         \
+            const char *x = p[1];                                                         \
+            char *y = p[0];                                                               \
+            const int64_t xs = c->ds[1], ys = c->ds[0];                                   \
+            T m = -(T)INFINITY;                                                           \
+            for (int64_t i = 0; i < L; ++i) {                                             \
+                T v = *(const TU *)(x + i * xs);                                          \
+                if (v > m || v != v)                                                      \
+                    m = v;                                                                \
+                if (m != m)                                                               \
+                    break;                                                                \
+            }                                                                             \
+            double sum = 0.0;                                                             \
+            if (c->mode == SM_LOG_SOFTMAX) {                                              \
+                for (int64_t i = 0; i < L; ++i)                                           \
+                    sum += EXP(*(const TU *)(x + i * xs) - m);                            \
+                const T ls = (T)LOG((T)sum);                                              \
+                for (int64_t i = 0; i < L; ++i)                                           \
+                    *(TU *)(y + i * ys) = *(const TU *)(x + i * xs) - m - ls;             \
+            } else {                                                                      \
+                for (int64_t i = 0; i < L; ++i) {                                         \
+                    T e = EXP(*(const TU *)(x + i * xs) - m);                             \
+                    *(TU *)(y + i * ys) = e;                                              \
+                    sum += e;                                                             \
+                }                                                                         \
+                const T inv = (T)(1.0 / sum);                                             \
+                for (int64_t i = 0; i < L; ++i)                                           \
+                    *(TU *)(y + i * ys) *= inv;                                           \
+            }                                                                             \
+        } else {                                                                          \
+            /* p[0] = grad_input, p[1] = grad_output, p[2] = output */                    \
+            char *gi = p[0];                                                              \
+            const char *go = p[1], *out = p[2];                                           \
+            const int64_t gis = c->ds[0], gos = c->ds[1], os = c->ds[2];                  \
+            double sum = 0.0;                                                             \
+            if (c->mode == SM_LOG_SOFTMAX_BW) {                                           \
+                for (int64_t i = 0; i < L; ++i)                                           \
+                    sum += *(const TU *)(go + i * gos);                                   \
+                const T s = (T)sum;                                                       \
+                for (int64_t i = 0; i < L; ++i)                                           \
+                    *(TU *)(gi + i * gis) = *(const TU *)(go + i * gos) -                 \
+                                            EXP(*(const TU *)(out + i * os)) * s;         \
+            } else {                                                                      \
+                for (int64_t i = 0; i < L; ++i)                                           \
+                    sum += (double)(*(const TU *)(go + i * gos) *                         \
+                                    *(const TU *)(out + i * os));                         \
+                const T s = (T)sum;                                                       \
+                for (int64_t i = 0; i < L; ++i)                                           \
+                    *(TU *)(gi + i * gis) = *(const TU *)(out + i * os) *                 \
+                                            (*(const TU *)(go + i * gos) - s);            \
+            }                                                                             \
+        }                                                                                 \
+    }
+
+SM_ROW(sm_row_f32, float, ref_f32, expf, logf)
+SM_ROW(sm_row_f64, double, ref_f64, exp, log)
+
+static void sm_rows(char **p, const int64_t *st, int64_t n, void *vc) {
+    const sm_ctx *c = (const sm_ctx *)vc;
+    for (int64_t i = 0; i < n; ++i) {
+        char *q[3] = {p[0] + i * st[0], p[1] + i * st[1], p[2] + i * st[2]};
+        if (c->dt == FL_FLOAT32)
+            sm_row_f32(c, q);
+        else
+            sm_row_f64(c, q);
+    }
+}
+
+/* ops[0] is written; all have the same shape; reduce along dim */
+static fl_status sm_run(const ref_args *a, int mode, int64_t dim, const fl_tensor *const *ops,
+                        int nops) {
+    const fl_tensor *t0 = ops[0];
+    int32_t d;
+    if (t0->dtype != FL_FLOAT32 && t0->dtype != FL_FLOAT64)
+        return ref_fail(a, "dtype %s is not supported (float32, float64)",
+                        ref_dtype_name(t0->dtype));
+    for (int k = 1; k < nops; ++k) {
+        if (ops[k]->dtype != t0->dtype)
+            return ref_fail(a, "all tensors must be %s, got %s", ref_dtype_name(t0->dtype),
+                            ref_dtype_name(ops[k]->dtype));
+        if (!ref_same_sizes(ops[k], t0))
+            return ref_fail(a, "all tensors must have the same shape");
+    }
+    REF_TRY(ref_wrap_dim(a, dim, t0->ndim, &d));
+    if (ref_numel(t0) == 0)
+        return FL_SUCCESS;
+    int64_t es = (int64_t)ref_dtype_size(t0->dtype);
+    sm_ctx c;
+    memset(&c, 0, sizeof c);
+    c.mode = mode;
+    c.dt = t0->dtype;
+    int nd = t0->ndim;
+    int64_t sizes[REF_MAX_DIMS];
+    int64_t strides[3][REF_MAX_DIMS];
+    char *ptrs[3] = {NULL, NULL, NULL};
+    memset(strides, 0, sizeof strides);
+    if (nd == 0) {
+        c.len = 1;
+    } else {
+        c.len = t0->sizes[d];
+        for (int i = 0; i < nd; ++i)
+            sizes[i] = i == d ? 1 : t0->sizes[i];
+    }
+    for (int k = 0; k < 3; ++k) {
+        const fl_tensor *t = ops[k < nops ? k : 0];
+        ptrs[k] = (char *)ref_tensor_data(t);
+        if (nd > 0) {
+            c.ds[k] = t->strides[d] * es;
+            for (int i = 0; i < nd; ++i)
+                strides[k][i] = t->strides[i] * es;
+        }
+    }
+    ref_for_each_row(nd, sizes, 3, ptrs, strides, 0, sm_rows, &c);
+    return FL_SUCCESS;
+}
+
+static fl_status sm_fwd(const char *op, const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx,
+                        int mode) {
+    ref_args a;
+    const fl_tensor *x, *y;
+    int64_t dim;
+    int half_to_float;
+    REF_TRY(ref_args_init(&a, op, args, nargs, 4, ctx));
+    REF_TRY(ref_get_tensor(&a, 0, "self", &x));
+    REF_TRY(ref_get_int(&a, 1, "dim", &dim));
+    REF_TRY(ref_get_bool(&a, 2, "half_to_float", &half_to_float));
+    REF_TRY(ref_get_tensor(&a, 3, "out", &y));
+    if (half_to_float && x->dtype != y->dtype)
+        return ref_fail(&a, "half_to_float is not supported");
+    const fl_tensor *ops[2] = {y, x};
+    return sm_run(&a, mode, dim, ops, 2);
+}
+
+static fl_status sm_bwd(const char *op, const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx,
+                        int mode) {
+    ref_args a;
+    const fl_tensor *go, *out, *gi;
+    int64_t dim;
+    int has_dt;
+    int32_t in_dt = 0;
+    REF_TRY(ref_args_init(&a, op, args, nargs, 5, ctx));
+    REF_TRY(ref_get_tensor(&a, 0, "grad_output", &go));
+    REF_TRY(ref_get_tensor(&a, 1, "output", &out));
+    REF_TRY(ref_get_int(&a, 2, "dim", &dim));
+    REF_TRY(ref_get_opt_dtype(&a, 3, "input_dtype", &has_dt, &in_dt));
+    REF_TRY(ref_get_tensor(&a, 4, "grad_input", &gi));
+    if (has_dt && in_dt != gi->dtype)
+        return ref_fail(&a, "input_dtype %s differs from grad_input's %s",
+                        ref_dtype_name(in_dt), ref_dtype_name(gi->dtype));
+    const fl_tensor *ops[3] = {gi, go, out};
+    return sm_run(&a, mode, dim, ops, 3);
+}
+
+REF_KERNEL(ref_k_softmax) { return sm_fwd("_softmax", args, nargs, ctx, SM_SOFTMAX); }
+REF_KERNEL(ref_k_log_softmax) { return sm_fwd("_log_softmax", args, nargs, ctx, SM_LOG_SOFTMAX); }
+REF_KERNEL(ref_k_softmax_backward_data) {
+    return sm_bwd("_softmax_backward_data", args, nargs, ctx, SM_SOFTMAX_BW);
+}
+REF_KERNEL(ref_k_log_softmax_backward_data) {
+    return sm_bwd("_log_softmax_backward_data", args, nargs, ctx, SM_LOG_SOFTMAX_BW);
+}
+
+/* ---- nll_loss ------------------------------------------------------------------------ */
+
+enum { RED_NONE = 0, RED_MEAN = 1, RED_SUM = 2 };
+
+typedef struct nll_geom {
+    int64_t N, C;
+    int64_t xs0, xs1;   /* self strides (elements) */
+    int64_t ts;         /* target stride */
+    int batched;
+} nll_geom;
+
+static fl_status nll_parse(const ref_args *a, const fl_tensor *x, const fl_tensor *t,
+                           const fl_tensor *w, int64_t reduction, nll_geom *g) {
+    if (x->dtype != FL_FLOAT32 && x->dtype != FL_FLOAT64)
+        return ref_fail(a, "dtype %s is not supported (float32, float64)",
+                        ref_dtype_name(x->dtype));
+    if (!ref_is_integral(t->dtype))
+        return ref_fail(a, "target must be an integer tensor (int64), got %s",
+                        ref_dtype_name(t->dtype));
+    if (x->ndim != 1 && x->ndim != 2)
+        return ref_fail(a, "input must be 1-d or 2-d, got %d dims", (int)x->ndim);
+    if (reduction < 0 || reduction > 2)
+        return ref_fail(a, "invalid reduction %lld", (long long)reduction);
+    g->batched = x->ndim == 2;
+    g->N = g->batched ? x->sizes[0] : 1;
+    g->C = x->sizes[g->batched ? 1 : 0];
+    g->xs0 = g->batched ? x->strides[0] : 0;
+    g->xs1 = x->strides[g->batched ? 1 : 0];
+    if (g->batched) {
+        if (t->ndim != 1 || t->sizes[0] != g->N)
+            return ref_fail(a, "expected a target of shape [%lld]", (long long)g->N);
+        g->ts = t->strides[0];
+    } else {
+        if (t->ndim != 0 && !(t->ndim == 1 && t->sizes[0] == 1))
+            return ref_fail(a, "1-d input expects a 0-d target");
+        g->ts = 0;
+    }
+    if (w && (w->ndim != 1 || w->sizes[0] != g->C || w->dtype != x->dtype))
+        return ref_fail(a, "weight must be a 1-d %s tensor of %lld elements",
+                        ref_dtype_name(x->dtype), (long long)g->C);
+    return FL_SUCCESS;
+}
+
+/* nll_loss_forward(self, target, weight?, reduction, ignore_index) -> (output, total_weight) */
+REF_KERNEL(ref_k_nll_loss_forward) {
+    ref_args a;
+    const fl_tensor *x, *t, *w, *out, *tw;
+    int64_t reduction, ignore;
+    nll_geom g;
+    REF_TRY(ref_args_init(&a, "nll_loss_forward", args, nargs, 7, ctx));
+    REF_TRY(ref_get_tensor(&a, 0, "self", &x));
+    REF_TRY(ref_get_tensor(&a, 1, "target", &t));
+    REF_TRY(ref_get_opt_tensor(&a, 2, "weight", &w));
+    REF_TRY(ref_get_int(&a, 3, "reduction", &reduction));
+    REF_TRY(ref_get_int(&a, 4, "ignore_index", &ignore));
+    REF_TRY(ref_get_tensor(&a, 5, "output", &out));
+    REF_TRY(ref_get_tensor(&a, 6, "total_weight", &tw));
+    REF_TRY(nll_parse(&a, x, t, w, reduction, &g));
+    int per_sample = reduction == RED_NONE && g.batched;
+    if (per_sample ? (out->ndim != 1 || out->sizes[0] != g.N) : ref_numel(out) != 1)
+        return ref_fail(&a, "output has the wrong shape");
+    if (ref_numel(tw) != 1)
+        return ref_fail(&a, "total_weight must have one element");
+    const int64_t es = (int64_t)ref_dtype_size(x->dtype);
+    const int64_t tes = (int64_t)ref_dtype_size(t->dtype);
+    const int64_t oes = (int64_t)ref_dtype_size(out->dtype);
+    const char *xp = (const char *)ref_tensor_data(x);
+    const char *tp = (const char *)ref_tensor_data(t);
+    const char *wp = w ? (const char *)ref_tensor_data(w) : NULL;
+    char *op = (char *)ref_tensor_data(out);
+    double sum = 0.0, wsum = 0.0;
+    for (int64_t i = 0; i < g.N; ++i) {
+        int64_t cls = ref_load_i64(tp + i * g.ts * tes, t->dtype);
+        double v = 0.0;
+        if (cls != ignore) {
+            if (cls < 0 || cls >= g.C)
+                return ref_fail(&a, "target %lld is out of bounds (%lld classes)",
+                                (long long)cls, (long long)g.C);
+            double wt = wp ? ref_load_f64(wp + cls * w->strides[0] * es, x->dtype) : 1.0;
+            double xv = ref_load_f64(xp + (i * g.xs0 + cls * g.xs1) * es, x->dtype);
+            v = -xv * wt;
+            sum += v;
+            wsum += wt;
+        }
+        if (per_sample)
+            ref_store_f64(op + i * out->strides[0] * oes, out->dtype, v);
+    }
+    if (!per_sample) {
+        double r = sum;
+        if (reduction == RED_MEAN)
+            r = sum / wsum; /* 0/0 = NaN when every target is ignored */
+        ref_store_f64(op, out->dtype, r);
+    }
+    /* PyTorch leaves total_weight at 0 for per-sample (2-d, 'none') losses */
+    ref_store_f64(ref_tensor_data(tw), tw->dtype, per_sample ? 0.0 : wsum);
+    return FL_SUCCESS;
+}
+
+/* nll_loss_backward(grad_output, self, target, weight?, reduction, ignore_index,
+ *                   total_weight) -> grad_input */
+REF_KERNEL(ref_k_nll_loss_backward) {
+    ref_args a;
+    const fl_tensor *x, *t, *w, *gi;
+    ref_operand go, tw;
+    int64_t reduction, ignore;
+    nll_geom g;
+    REF_TRY(ref_args_init(&a, "nll_loss_backward", args, nargs, 8, ctx));
+    REF_TRY(ref_get_operand(&a, 0, "grad_output", &go));
+    REF_TRY(ref_get_tensor(&a, 1, "self", &x));
+    REF_TRY(ref_get_tensor(&a, 2, "target", &t));
+    REF_TRY(ref_get_opt_tensor(&a, 3, "weight", &w));
+    REF_TRY(ref_get_int(&a, 4, "reduction", &reduction));
+    REF_TRY(ref_get_int(&a, 5, "ignore_index", &ignore));
+    REF_TRY(ref_get_operand(&a, 6, "total_weight", &tw));
+    REF_TRY(ref_get_tensor(&a, 7, "grad_input", &gi));
+    REF_TRY(nll_parse(&a, x, t, w, reduction, &g));
+    if (!ref_same_sizes(gi, x) || gi->dtype != x->dtype)
+        return ref_fail(&a, "grad_input must have self's shape and dtype");
+    int per_sample = reduction == RED_NONE && g.batched;
+    if (go.t && (per_sample ? (go.t->ndim != 1 || go.t->sizes[0] != g.N) : ref_numel(go.t) != 1))
+        return ref_fail(&a, "grad_output has the wrong shape");
+    if (per_sample && !go.t)
+        return ref_fail(&a, "grad_output must be a tensor for reduction='none'");
+    if (tw.t && ref_numel(tw.t) != 1)
+        return ref_fail(&a, "total_weight must have one element");
+    const int64_t es = (int64_t)ref_dtype_size(x->dtype);
+    const int64_t tes = (int64_t)ref_dtype_size(t->dtype);
+    double twv = tw.t ? ref_load_f64(ref_tensor_data(tw.t), tw.t->dtype) : tw.s.f;
+    double go0 = 0.0;
+    if (!per_sample)
+        go0 = go.t ? ref_load_f64(ref_tensor_data(go.t), go.t->dtype) : go.s.f;
+
+    /* zero grad_input */
+    char *gp = (char *)ref_tensor_data(gi);
+    int64_t gs0 = g.batched ? gi->strides[0] : 0, gs1 = gi->strides[g.batched ? 1 : 0];
+    for (int64_t i = 0; i < g.N; ++i) {
+        char *row = gp + i * gs0 * es;
+        if (gs1 == 1)
+            memset(row, 0, (size_t)(g.C * es));
+        else
+            for (int64_t cc = 0; cc < g.C; ++cc)
+                memset(row + cc * gs1 * es, 0, (size_t)es);
+    }
+    const char *tp = (const char *)ref_tensor_data(t);
+    const char *wp = w ? (const char *)ref_tensor_data(w) : NULL;
+    for (int64_t i = 0; i < g.N; ++i) {
+        int64_t cls = ref_load_i64(tp + i * g.ts * tes, t->dtype);
+        if (cls == ignore)
+            continue;
+        if (cls < 0 || cls >= g.C)
+            return ref_fail(&a, "target %lld is out of bounds (%lld classes)", (long long)cls,
+                            (long long)g.C);
+        double wt = wp ? ref_load_f64(wp + cls * w->strides[0] * es, x->dtype) : 1.0;
+        double gv;
+        if (per_sample)
+            gv = ref_load_f64((const char *)ref_tensor_data(go.t) +
+                                  i * go.t->strides[0] * (int64_t)ref_dtype_size(go.t->dtype),
+                              go.t->dtype);
+        else
+            gv = go0;
+        double grad = reduction == RED_MEAN ? -(gv / twv) : -gv;
+        ref_store_f64(gp + (i * gs0 + cls * gs1) * es, gi->dtype, wt * grad);
+    }
+    return FL_SUCCESS;
+}

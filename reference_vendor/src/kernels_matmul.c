@@ -1,0 +1,258 @@
+/*
+ * kernels_matmul.c -- mm, addmm, bmm on BLAS (OpenBLAS sgemm/dgemm).
+ *
+ * A strided matrix goes to BLAS directly when one of its strides is 1 (as
+ * a normal or transposed operand, the other stride as leading dimension) and
+ * its data is aligned to the element size; otherwise it is packed into a
+ * contiguous temporary first.  An output BLAS can't address is computed in a
+ * temporary and copied out.
+ */
+#include "kernel_util.h"
+
+typedef struct mat {
+    char *p;
+    int64_t rows, cols, rs, cs; /* strides in elements */
+} mat;
+
+/* BLAS can read m as stored: *trans = 0 row-major (ld = rs), 1 column-major */
+static int blas_layout(const mat *m, size_t es, int *trans, int64_t *ld) {
+    if ((uintptr_t)m->p % es != 0)
+        return 0;
+    int64_t r = m->rows, c = m->cols;
+    if ((c <= 1 || m->cs == 1) && (r <= 1 || (m->rs >= c && m->rs >= 1))) {
+        *trans = 0;
+        *ld = r <= 1 ? (c > 1 ? c : 1) : m->rs;
+        return *ld <= 0x7fffffff;
+    }
+    if ((r <= 1 || m->rs == 1) && (c <= 1 || (m->cs >= r && m->cs >= 1))) {
+        *trans = 1;
+        *ld = c <= 1 ? (r > 1 ? r : 1) : m->cs;
+        return *ld <= 0x7fffffff;
+    }
+    return 0;
+}
+
+/* dst (rows x cols, strides) <- src (rows x cols, strides), elements of es bytes */
+static void copy2d(char *dst, int64_t drs, int64_t dcs, const char *src, int64_t srs, int64_t scs,
+                   int64_t rows, int64_t cols, size_t es) {
+    for (int64_t i = 0; i < rows; ++i) {
+        char *d = dst + i * drs * (int64_t)es;
+        const char *s = src + i * srs * (int64_t)es;
+        if (es == 4) {
+            if (dcs == 1 && scs == 1)
+                memcpy(d, s, (size_t)cols * 4);
+            else
+                for (int64_t j = 0; j < cols; ++j)
+                    *(ref_i32 *)(d + j * dcs * 4) = *(const ref_i32 *)(s + j * scs * 4);
+        } else {
+            if (dcs == 1 && scs == 1)
+                memcpy(d, s, (size_t)cols * 8);
+            else
+                for (int64_t j = 0; j < cols; ++j)
+                    *(ref_i64 *)(d + j * dcs * 8) = *(const ref_i64 *)(s + j * scs * 8);
+        }
+    }
+}
+
+/* An operand ready for BLAS: possibly a packed copy. */
+typedef struct operand {
+    const char *p;
+    int trans;
+    int64_t ld;
+    char *tmp; /* owned, NULL when m is used in place */
+} operand;
+
+static fl_status prep_operand(const ref_args *a, const mat *m, size_t es, operand *o) {
+    o->tmp = NULL;
+    if (blas_layout(m, es, &o->trans, &o->ld)) {
+        o->p = m->p;
+        return FL_SUCCESS;
+    }
+    int64_t cols = m->cols > 0 ? m->cols : 1;
+    o->tmp = (char *)ref_alloc((size_t)(m->rows * cols) * es);
+    if (!o->tmp)
+        return ref_fail(a, "out of host memory packing a %lldx%lld matrix", (long long)m->rows,
+                        (long long)m->cols);
+    copy2d(o->tmp, cols, 1, m->p, m->rs, m->cs, m->rows, m->cols, es);
+    o->p = o->tmp;
+    o->trans = 0;
+    o->ld = cols;
+    return FL_SUCCESS;
+}
+
+static void scale_zero(const mat *c, size_t es, double beta) {
+    /* C = beta * C, beta == 0 writes zeros (NaN in C is dropped) */
+    for (int64_t i = 0; i < c->rows; ++i)
+        for (int64_t j = 0; j < c->cols; ++j) {
+            char *p = c->p + (i * c->rs + j * c->cs) * (int64_t)es;
+            if (es == 4)
+                *(ref_f32 *)p = beta == 0.0 ? 0.0f : (float)beta * *(ref_f32 *)p;
+            else
+                *(ref_f64 *)p = beta == 0.0 ? 0.0 : beta * *(ref_f64 *)p;
+        }
+}
+
+/* C = alpha * A @ B + beta * C for strided matrices (C's content is ignored
+ * when beta == 0). tmp buffers are allocated per call. */
+static fl_status gemm_strided(const ref_args *a, int32_t dt, const mat *A, const mat *B,
+                              const mat *C, double alpha, double beta) {
+    size_t es = ref_dtype_size(dt);
+    int64_t m = C->rows, n = C->cols, k = A->cols;
+    if (m == 0 || n == 0)
+        return FL_SUCCESS;
+    if (k == 0) {
+        scale_zero(C, es, beta);
+        return FL_SUCCESS;
+    }
+    operand oa, ob;
+    REF_TRY(prep_operand(a, A, es, &oa));
+    fl_status st = prep_operand(a, B, es, &ob);
+    if (st != FL_SUCCESS) {
+        ref_free(oa.tmp);
+        return st;
+    }
+    int ctrans;
+    int64_t ldc;
+    if (blas_layout(C, es, &ctrans, &ldc)) {
+        if (!ctrans)
+            st = ref_gemm(a, dt, oa.trans, ob.trans, m, n, k, alpha, oa.p, oa.ld, ob.p, ob.ld, beta,
+                          C->p, ldc);
+        else /* C^T = B^T A^T, C^T row-major with ld = ldc */
+            st = ref_gemm(a, dt, !ob.trans, !oa.trans, n, m, k, alpha, ob.p, ob.ld, oa.p, oa.ld,
+                          beta, C->p, ldc);
+    } else {
+        char *tc = (char *)ref_alloc((size_t)(m * n) * es);
+        if (!tc) {
+            st = ref_fail(a, "out of host memory for a %lldx%lld result", (long long)m,
+                          (long long)n);
+        } else {
+            if (beta != 0.0)
+                copy2d(tc, n, 1, C->p, C->rs, C->cs, m, n, es);
+            st = ref_gemm(a, dt, oa.trans, ob.trans, m, n, k, alpha, oa.p, oa.ld, ob.p, ob.ld,
+                          beta, tc, n);
+            if (st == FL_SUCCESS)
+                copy2d(C->p, C->rs, C->cs, tc, n, 1, m, n, es);
+            ref_free(tc);
+        }
+    }
+    ref_free(oa.tmp);
+    ref_free(ob.tmp);
+    return st;
+}
+
+static mat mat_of(const fl_tensor *t, int r, int c) {
+    mat m = {(char *)ref_tensor_data(t), t->sizes[r], t->sizes[c], t->strides[r], t->strides[c]};
+    return m;
+}
+
+static fl_status check_float_same(const ref_args *a, const fl_tensor *x, const fl_tensor *y,
+                                  const fl_tensor *out) {
+    if (x->dtype != FL_FLOAT32 && x->dtype != FL_FLOAT64)
+        return ref_fail(a, "dtype %s is not supported (float32, float64)",
+                        ref_dtype_name(x->dtype));
+    if (y->dtype != x->dtype || out->dtype != x->dtype)
+        return ref_fail(a, "expected all tensors to be %s, got %s and %s output",
+                        ref_dtype_name(x->dtype), ref_dtype_name(y->dtype),
+                        ref_dtype_name(out->dtype));
+    return FL_SUCCESS;
+}
+
+/* mm(Tensor self, Tensor mat2) */
+REF_KERNEL(ref_k_mm) {
+    ref_args a;
+    const fl_tensor *x, *y, *out;
+    REF_TRY(ref_args_init(&a, "mm", args, nargs, 3, ctx));
+    REF_TRY(ref_get_tensor(&a, 0, "self", &x));
+    REF_TRY(ref_get_tensor(&a, 1, "mat2", &y));
+    REF_TRY(ref_get_tensor(&a, 2, "out", &out));
+    REF_TRY(check_float_same(&a, x, y, out));
+    if (x->ndim != 2 || y->ndim != 2 || out->ndim != 2)
+        return ref_fail(&a, "expected 2-D tensors");
+    if (x->sizes[1] != y->sizes[0] || out->sizes[0] != x->sizes[0] || out->sizes[1] != y->sizes[1])
+        return ref_fail(&a, "shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
+                        (long long)x->sizes[0], (long long)x->sizes[1], (long long)y->sizes[0],
+                        (long long)y->sizes[1]);
+    mat A = mat_of(x, 0, 1), B = mat_of(y, 0, 1), C = mat_of(out, 0, 1);
+    return gemm_strided(&a, x->dtype, &A, &B, &C, 1.0, 0.0);
+}
+
+/* addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) */
+REF_KERNEL(ref_k_addmm) {
+    ref_args a;
+    const fl_tensor *x, *y, *out;
+    ref_operand self;
+    double beta, alpha;
+    REF_TRY(ref_args_init(&a, "addmm", args, nargs, 6, ctx));
+    REF_TRY(ref_get_operand(&a, 0, "self", &self));
+    REF_TRY(ref_get_tensor(&a, 1, "mat1", &x));
+    REF_TRY(ref_get_tensor(&a, 2, "mat2", &y));
+    REF_TRY(ref_get_double(&a, 3, "beta", &beta));
+    REF_TRY(ref_get_double(&a, 4, "alpha", &alpha));
+    REF_TRY(ref_get_tensor(&a, 5, "out", &out));
+    REF_TRY(check_float_same(&a, x, y, out));
+    if (self.t && self.t->dtype != x->dtype)
+        return ref_fail(&a, "self is %s, mat1 is %s", ref_dtype_name(self.t->dtype),
+                        ref_dtype_name(x->dtype));
+    if (x->ndim != 2 || y->ndim != 2 || out->ndim != 2)
+        return ref_fail(&a, "expected 2-D mat1, mat2");
+    if (x->sizes[1] != y->sizes[0] || out->sizes[0] != x->sizes[0] || out->sizes[1] != y->sizes[1])
+        return ref_fail(&a, "shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
+                        (long long)x->sizes[0], (long long)x->sizes[1], (long long)y->sizes[0],
+                        (long long)y->sizes[1]);
+    size_t es = ref_dtype_size(out->dtype);
+    mat C = mat_of(out, 0, 1);
+    if (beta != 0.0) {
+        /* C = beta * broadcast(self) */
+        int64_t st[REF_MAX_DIMS];
+        int64_t srs = 0, scs = 0;
+        const char *sp = NULL;
+        double sv = self.t ? 0.0 : self.s.f;
+        if (self.t) {
+            REF_TRY(ref_broadcast_strides(&a, self.t, "self", 2, out->sizes, st));
+            srs = st[0];
+            scs = st[1];
+            sp = (const char *)ref_tensor_data(self.t);
+        }
+        for (int64_t i = 0; i < C.rows; ++i)
+            for (int64_t j = 0; j < C.cols; ++j) {
+                char *cp = C.p + (i * C.rs + j * C.cs) * (int64_t)es;
+                if (es == 4) {
+                    float v = sp ? *(const ref_f32 *)(sp + i * srs + j * scs) : (float)sv;
+                    *(ref_f32 *)cp = beta == 1.0 ? v : (float)beta * v;
+                } else {
+                    double v = sp ? *(const ref_f64 *)(sp + i * srs + j * scs) : sv;
+                    *(ref_f64 *)cp = beta == 1.0 ? v : beta * v;
+                }
+            }
+    }
+    mat A = mat_of(x, 0, 1), B = mat_of(y, 0, 1);
+    return gemm_strided(&a, x->dtype, &A, &B, &C, alpha, beta != 0.0 ? 1.0 : 0.0);
+}
+
+/* bmm(Tensor self, Tensor mat2) */
+REF_KERNEL(ref_k_bmm) {
+    ref_args a;
+    const fl_tensor *x, *y, *out;
+    REF_TRY(ref_args_init(&a, "bmm", args, nargs, 3, ctx));
+    REF_TRY(ref_get_tensor(&a, 0, "self", &x));
+    REF_TRY(ref_get_tensor(&a, 1, "mat2", &y));
+    REF_TRY(ref_get_tensor(&a, 2, "out", &out));
+    REF_TRY(check_float_same(&a, x, y, out));
+    if (x->ndim != 3 || y->ndim != 3 || out->ndim != 3)
+        return ref_fail(&a, "expected 3-D tensors");
+    int64_t b = x->sizes[0];
+    if (y->sizes[0] != b || out->sizes[0] != b || x->sizes[2] != y->sizes[1] ||
+        out->sizes[1] != x->sizes[1] || out->sizes[2] != y->sizes[2])
+        return ref_fail(&a, "batch shapes do not match ([%lld,%lld,%lld] @ [%lld,%lld,%lld])",
+                        (long long)x->sizes[0], (long long)x->sizes[1], (long long)x->sizes[2],
+                        (long long)y->sizes[0], (long long)y->sizes[1], (long long)y->sizes[2]);
+    size_t es = ref_dtype_size(x->dtype);
+    for (int64_t i = 0; i < b; ++i) {
+        mat A = mat_of(x, 1, 2), B = mat_of(y, 1, 2), C = mat_of(out, 1, 2);
+        A.p += i * x->strides[0] * (int64_t)es;
+        B.p += i * y->strides[0] * (int64_t)es;
+        C.p += i * out->strides[0] * (int64_t)es;
+        REF_TRY(gemm_strided(&a, x->dtype, &A, &B, &C, 1.0, 0.0));
+    }
+    return FL_SUCCESS;
+}

@@ -1,0 +1,42 @@
+"""Shared test set-up: hypothesis profiles and a runner for fresh-process checks.
+
+The runtime is process-global (one PyTorch backend per process), so tests that
+need another config, plugin set or a crash run in a subprocess.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+settings.register_profile("ci", max_examples=25, derandomize=True, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=60, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def run_python(code: str, env: dict | None = None, timeout: float = 300, cwd: Path | None = None):
+    """Run `code` in a fresh interpreter; returns the CompletedProcess (never raises on failure)."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=cwd or ROOT)
+
+
+@pytest.fixture
+def python():
+    return run_python
+
+
+@pytest.fixture(scope="session")
+def fl():
+    """The runtime, started in this process on the reference vendor."""
+    import torch_fl
+    assert torch_fl.list_devices(), torch_fl.why_no_devices()
+    return torch_fl

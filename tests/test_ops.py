@@ -1,0 +1,94 @@
+"""Runtime level: ops on fl:0 (vendor kernels through the ABI) against PyTorch CPU."""
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+FP32 = dict(rtol=1.3e-6, atol=1e-5)
+REDUCE = dict(rtol=1e-4, atol=1e-4)
+
+
+@st.composite
+def broadcast_pair(draw):
+    """Two shapes that broadcast together, with size-0/1 and 0-d cases."""
+    out = draw(st.lists(st.integers(0, 5), min_size=0, max_size=4))
+    def shrink(shape):
+        keep = draw(st.integers(0, len(shape)))
+        return [n if draw(st.booleans()) else 1 for n in shape[len(shape) - keep:]]
+    return shrink(out), shrink(out)
+
+
+def values(shape, seed):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+@given(broadcast_pair(), st.integers(0, 2**16), st.sampled_from(["add", "sub", "mul", "div", "maximum"]))
+def test_binary_broadcasting(fl, shapes, seed, name):
+    a, b = values(shapes[0], seed), values(shapes[1], seed + 1)
+    fn = getattr(torch, name)
+    expected = fn(a, b)
+    got = fn(a.to("fl:0"), b.to("fl:0"))
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    torch.testing.assert_close(got.cpu(), expected, equal_nan=True, **FP32)
+
+
+@given(st.integers(0, 2**16), st.sampled_from([2, -0.5, 3.25]))
+def test_tensor_scalar_ops(fl, seed, scalar):
+    a = values((3, 5), seed)
+    fa = a.to("fl:0")
+    for fn in (lambda t: t + scalar, lambda t: t * scalar, lambda t: t / scalar, lambda t: scalar - t,
+               lambda t: t.pow(2), lambda t: t.clamp(-1, 1)):
+        torch.testing.assert_close(fn(fa).cpu(), fn(a), **FP32)
+
+
+@pytest.mark.parametrize("name", ["neg", "exp", "abs", "sigmoid", "tanh", "relu", "sqrt", "log", "rsqrt"])
+def test_unary_including_special_values(fl, name):
+    a = torch.tensor([0.0, -0.0, 1.5, -2.25, 1e-40, 80.0, -80.0, float("inf"), float("-inf"), float("nan")])
+    fn = getattr(torch, name)
+    torch.testing.assert_close(fn(a.to("fl:0")).cpu(), fn(a), equal_nan=True, rtol=1e-5, atol=1e-6)
+
+
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=3), st.integers(0, 2**16), st.data())
+def test_reductions(fl, shape, seed, data):
+    a = values(shape, seed)
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    keepdim = data.draw(st.booleans())
+    fa = a.to("fl:0")
+    torch.testing.assert_close(fa.sum().cpu(), a.sum(), **REDUCE)
+    torch.testing.assert_close(fa.sum(dim, keepdim=keepdim).cpu(), a.sum(dim, keepdim=keepdim), **REDUCE)
+    torch.testing.assert_close(fa.mean(dim, keepdim=keepdim).cpu(), a.mean(dim, keepdim=keepdim), **REDUCE)
+    assert torch.equal(fa.argmax(dim).cpu(), a.argmax(dim))
+
+
+@given(st.integers(1, 40), st.integers(1, 40), st.integers(1, 40), st.booleans(), st.booleans())
+def test_matmul_with_transposed_operands(fl, m, k, n, ta, tb):
+    a = values((k, m), m).t() if ta else values((m, k), m)
+    b = values((n, k), n).t() if tb else values((k, n), n)
+    torch.testing.assert_close((a.to("fl:0") @ b.to("fl:0")).cpu(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stride, padding, groups", [(1, 1, 1), (2, 0, 1), (1, 2, 2)])
+def test_conv2d_forward(fl, stride, padding, groups):
+    torch.manual_seed(0)
+    x, w, b = torch.randn(2, 4, 9, 9), torch.randn(6, 4 // groups, 3, 3), torch.randn(6)
+    expected = torch.nn.functional.conv2d(x, w, b, stride=stride, padding=padding, groups=groups)
+    got = torch.nn.functional.conv2d(x.to("fl:0"), w.to("fl:0"), b.to("fl:0"), stride=stride,
+                                     padding=padding, groups=groups)
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_random_ops_are_reproducible_per_seed_and_device(fl):
+    torch.manual_seed(5)
+    a0, a1 = torch.randn(1000, device="fl:0"), torch.randn(1000, device="fl:1")
+    torch.manual_seed(5)
+    b0 = torch.randn(1000, device="fl:0")
+    assert torch.equal(a0.cpu(), b0.cpu())
+    assert abs(a0.cpu().mean()) < 0.15 and abs(a0.cpu().std() - 1) < 0.1
+    u = torch.rand(1000, device="fl:0").cpu()
+    assert 0 <= u.min() and u.max() < 1
+
+
+def test_comparisons_and_where(fl):
+    a, b = values((4, 4), 1), values((4, 4), 2)
+    fa, fb = a.to("fl:0"), b.to("fl:0")
+    assert torch.equal((fa > 0).cpu(), a > 0) and torch.equal((fa == fb).cpu(), a == b)
+    assert torch.equal(torch.where(fa > 0, fa, fb).cpu(), torch.where(a > 0, a, b))
