@@ -21,15 +21,18 @@ from .marshal import MarshalError, marshal
 from .schema import OpPlan, compile_plan
 from .shapes import OutputSpecCache
 
+_FL_DTYPE = abi.DTYPE_TO_FL
+
 
 class KernelChoice:
     """The vendor entry for one (device, op): the variant the policy picked."""
-    __slots__ = ("entry", "dtypes", "variant")
+    __slots__ = ("entry", "dtypes", "variant", "launch_fn")
 
-    def __init__(self, entry, dtypes: int, variant: int) -> None:
+    def __init__(self, entry, dtypes: int, variant: int, launch_fn) -> None:
         self.entry = entry
         self.dtypes = dtypes
         self.variant = variant
+        self.launch_fn = launch_fn     # the plugin's launch_kernel, fetched once
 
 
 def build_op_table(devices: list[DeviceInfo], variant_policy: str = "precise") -> set[str]:
@@ -54,7 +57,7 @@ def _read_kernel_table(plugin, variant_policy: str) -> dict[str, KernelChoice]:
         name = ffi.string(entry.op).decode()
         known = table.get(name)
         if known is None or (entry.variant == wanted and known.variant != wanted):
-            table[name] = KernelChoice(entry, entry.dtypes, entry.variant)
+            table[name] = KernelChoice(entry, entry.dtypes, entry.variant, plugin.api.launch_kernel)
     logger.debug("plugin '%s' offers %d kernels for %d ops", plugin.name, count[0], len(table))
     return table
 
@@ -105,7 +108,7 @@ class Launcher:
         device = self._device_of(plan, values)
         choice = device.kernels.get(name)
         main = values[plan.tensor_arg_indices[0]] if plan.tensor_arg_indices else None
-        if choice is None or (main is not None and not (choice.dtypes >> abi.DTYPE_TO_FL[main.dtype]) & 1):
+        if choice is None or (isinstance(main, torch.Tensor) and not (choice.dtypes >> _FL_DTYPE[main.dtype]) & 1):
             return run_on_cpu(plan.op, args, kwargs, device.index)
         try:
             specs = spec_cache.specs(values)
@@ -116,12 +119,13 @@ class Launcher:
         stream = rt.streams.current(device.index)
         outputs = self._outputs(plan, values, specs, device, stream)
         try:
-            c_args, count = marshal(plan, values, outputs, rt.rng.taker(device.index))
+            c_args, count = marshal(plan, values, outputs,
+                                    rt.rng.taker(device.index) if plan.has_generator else None)
         except MarshalError as exc:
             logger.debug("%s: %s; using the CPU fallback", name, exc)
             return run_on_cpu(plan.op, args, kwargs, device.index)
         rt.order_after_writers(device.index, stream, values, outputs)
-        status = device.plugin.api.launch_kernel(stream.handle, choice.entry, c_args, count)
+        status = choice.launch_fn(stream.handle, choice.entry, c_args, count)
         if status != abi.SUCCESS:
             device.plugin.check(status, f"launch_kernel({name}) on fl:{device.index}")
         op_stats.record(plan.qualified_name, op_stats.NATIVE)
@@ -154,7 +158,6 @@ class Launcher:
             elif spec is None:
                 outputs.append(None)
             else:
-                shape, stride, dtype = spec
-                outputs.append(self.rt.new_tensor(device.index, shape, stride, dtype, stream))
+                outputs.append(self.rt.new_tensor_from_spec(device.index, spec, stream))
         return outputs
 

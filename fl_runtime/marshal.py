@@ -70,14 +70,16 @@ def _arena(min_size: int = 1 << 16) -> Arena:
 
 def _tensor(arena: Arena, t: torch.Tensor) -> int:
     """Write an fl_tensor for t; returns its address."""
-    ndim = t.dim()
-    itemsize = t.element_size()
-    offset = t.storage_offset() * itemsize
+    shape = t.shape
+    ndim = len(shape)
+    dtype = t.dtype
+    offset = t.storage_offset() * dtype.itemsize
     at = arena.reserve(_TENSOR_SIZE + 16 * ndim)
     dims = at + _TENSOR_SIZE
-    _INT64S[2 * ndim].pack_into(arena.mem, dims, *t.shape, *t.stride())
+    mem = arena.mem
+    _INT64S[2 * ndim].pack_into(mem, dims, *shape, *t.stride())
     address = arena.address
-    _TENSOR.pack_into(arena.mem, at, _TENSOR_SIZE, t.data_ptr() - offset, offset, _DTYPE_TO_FL[t.dtype],
+    _TENSOR.pack_into(mem, at, _TENSOR_SIZE, t.data_ptr() - offset, offset, _DTYPE_TO_FL[dtype],
                       ndim, address + dims, address + dims + 8 * ndim)
     return address + at
 

@@ -75,7 +75,12 @@ class Runtime:
     # -- memory ----------------------------------------------------------------
     def new_tensor(self, index: int, shape, stride, dtype: torch.dtype, stream: Stream) -> torch.Tensor:
         """A fresh, uninitialised tensor on fl:index with the given layout."""
-        nbytes = storage_nbytes(shape, stride, _itemsize(dtype))
+        return self.new_tensor_from_spec(index, (shape, stride, dtype,
+                                                 storage_nbytes(shape, stride, dtype.itemsize)), stream)
+
+    def new_tensor_from_spec(self, index: int, spec: tuple, stream: Stream) -> torch.Tensor:
+        """new_tensor for a (shape, stride, dtype, nbytes) output spec (the hot path)."""
+        shape, stride, dtype, nbytes = spec
         if nbytes == 0:
             return wrap_block(None, None, index, shape, stride, dtype)
         allocator = self.allocators[index]
@@ -120,12 +125,3 @@ class Runtime:
             if block is not None:
                 block.writer = stream
 
-
-_ITEMSIZE: dict[torch.dtype, int] = {}
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    size = _ITEMSIZE.get(dtype)
-    if size is None:
-        size = _ITEMSIZE[dtype] = torch.empty((), dtype=dtype).element_size()
-    return size

@@ -34,6 +34,7 @@ class OpPlan:
     tensor_arg_indices: tuple[int, ...]
     list_tensor_arg_indices: tuple[int, ...]
     is_inplace_or_out: bool
+    has_generator: bool
 
     def normalize(self, args: tuple, kwargs: dict) -> list:
         """Schema-ordered values of every argument, defaults filled in."""
@@ -88,4 +89,5 @@ def compile_plan(name: str) -> OpPlan:
     return OpPlan(op=op, name=name, qualified_name=op.name(), args=tuple(specs), returns_alias=tuple(returns_alias),
                   tensor_arg_indices=tuple(i for i, s in enumerate(specs) if s.is_tensor),
                   list_tensor_arg_indices=tuple(i for i, s in enumerate(specs) if s.tag == TAG_TENSOR_LIST),
-                  is_inplace_or_out=any(i is not None for i in returns_alias))
+                  is_inplace_or_out=any(i is not None for i in returns_alias),
+                  has_generator=any(s.tag == TAG_GENERATOR for s in specs))

@@ -9,8 +9,9 @@ from __future__ import annotations
 import torch
 
 from .schema import TAG_GENERATOR, OpPlan
+from .storage import storage_nbytes
 
-OutputSpec = tuple  # (shape, stride, dtype), or None for an undefined output
+OutputSpec = tuple  # (shape, stride, dtype, storage bytes), or None for an undefined output
 
 _META = torch.device("meta")
 
@@ -62,4 +63,6 @@ class OutputSpecCache:
                 args.append(meta)
         result = plan.op(*args, **kwargs)
         results = result if isinstance(result, (tuple, list)) else (result,)
-        return tuple(None if r is None else (tuple(r.shape), tuple(r.stride()), r.dtype) for r in results)
+        return tuple(None if r is None else
+                     (tuple(r.shape), tuple(r.stride()), r.dtype,
+                      storage_nbytes(r.shape, r.stride(), r.element_size())) for r in results)
