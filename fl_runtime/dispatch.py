@@ -111,16 +111,16 @@ class Launcher:
         if choice is None or (isinstance(main, torch.Tensor) and not (choice.dtypes >> _FL_DTYPE[main.dtype]) & 1):
             return run_on_cpu(plan.op, args, kwargs, device.index)
         try:
-            specs = spec_cache.specs(values)
+            entry = spec_cache.lookup(values)
         except (NotImplementedError, RuntimeError) as exc:
             logger.debug("%s: meta kernel failed (%s); using the CPU fallback", name, exc)
             return run_on_cpu(plan.op, args, kwargs, device.index)
         rt = self.rt
         stream = rt.streams.current(device.index)
-        outputs = self._outputs(plan, values, specs, device, stream)
+        outputs = self._outputs(plan, values, entry.specs, device, stream)
         try:
             c_args, count = marshal(plan, values, outputs,
-                                    rt.rng.taker(device.index) if plan.has_generator else None)
+                                    rt.rng.taker(device.index) if plan.has_generator else None, entry)
         except MarshalError as exc:
             logger.debug("%s: %s; using the CPU fallback", name, exc)
             return run_on_cpu(plan.op, args, kwargs, device.index)

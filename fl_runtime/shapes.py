@@ -3,6 +3,10 @@
 Running the meta kernel costs tens of microseconds, so results are cached per
 op and input signature (shapes, strides, dtypes and non-tensor arguments):
 a training loop repeats the same signatures, so steady state is one dict hit.
+Float scalars are left out of the signature (their value never changes an
+output's layout, and optimizers pass a new one every step); float lists stay
+in (upsampling scales do change layouts).  Each signature's entry also holds
+the marshaler's template for it (see marshal.py).
 """
 from __future__ import annotations
 
@@ -18,17 +22,30 @@ _META = torch.device("meta")
 
 def _key_of(value):
     if isinstance(value, torch.Tensor):
-        return (value.shape, value.stride(), value.dtype, value.device.type == "cpu")
+        return (value.shape, value.stride(), value.dtype, value.is_cpu)
+    if isinstance(value, float):
+        return float
+    if isinstance(value, bool):
+        return (bool, value)      # True == 1 as a dict key, but not as a kernel argument
     if isinstance(value, (list, tuple)):
-        return tuple(_key_of(v) for v in value)
+        return tuple(v if isinstance(v, float) else _key_of(v) for v in value)
     if isinstance(value, torch.Generator):
         return None
     return value
 
 
+class SignatureEntry:
+    """What is known about one input signature of an op."""
+    __slots__ = ("specs", "template")
+
+    def __init__(self, specs) -> None:
+        self.specs = specs
+        self.template = None      # filled by the marshaler on first use
+
+
 def _to_meta(value):
     if isinstance(value, torch.Tensor):
-        if value.device.type == "cpu":
+        if value.is_cpu:
             return value      # 0-dim CPU scalars take part in type promotion as they are
         return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=_META)
     if isinstance(value, (list, tuple)):
@@ -45,12 +62,12 @@ class OutputSpecCache:
         self.plan = plan
         self._memo: dict = {}
 
-    def specs(self, values: list) -> tuple[OutputSpec, ...]:
+    def lookup(self, values: list) -> SignatureEntry:
         key = tuple(_key_of(v) for v in values)
-        specs = self._memo.get(key)
-        if specs is None:
-            specs = self._memo[key] = self._run_meta(values)
-        return specs
+        entry = self._memo.get(key)
+        if entry is None:
+            entry = self._memo[key] = SignatureEntry(self._run_meta(values))
+        return entry
 
     def _run_meta(self, values: list) -> tuple[OutputSpec, ...]:
         plan = self.plan

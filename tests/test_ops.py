@@ -92,3 +92,18 @@ def test_comparisons_and_where(fl):
     fa, fb = a.to("fl:0"), b.to("fl:0")
     assert torch.equal((fa > 0).cpu(), a > 0) and torch.equal((fa == fb).cpu(), a == b)
     assert torch.equal(torch.where(fa > 0, fa, fb).cpu(), torch.where(a > 0, a, b))
+
+
+def test_repeated_signature_with_changing_scalars_and_random_state(fl):
+    """The marshaler replays a template per input signature: what varies between
+    calls (float scalars, wrapped numbers, tensor addresses, RNG offsets) must not stick."""
+    a = values((3, 4), 7)
+    fa = a.to("fl:0")
+    for scalar in (0.5, -2.0, 3.25, 1e-3):
+        torch.testing.assert_close((fa * scalar).cpu(), a * scalar, **FP32)
+        torch.testing.assert_close((fa + torch.tensor(scalar)).cpu(), a + scalar, **FP32)
+        torch.testing.assert_close(fa.clone().add_(fa, alpha=scalar).cpu(), a + scalar * a, **FP32)
+    first, second = torch.randn(64, device="fl:0").cpu(), torch.randn(64, device="fl:0").cpu()
+    assert not torch.equal(first, second)
+    other = values((3, 4), 8).to("fl:0")
+    assert torch.equal((other + 1).cpu(), other.cpu() + 1)     # same signature, other addresses
