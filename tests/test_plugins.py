@@ -93,3 +93,17 @@ def test_no_plugin_gives_an_empty_list_with_a_reason(python, tmp_path):
     """, {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert result.returncode == 0, result.stderr
     assert "[]" in result.stdout and "no Torch-FL plugin is installed" in result.stdout
+
+
+def test_debug_logging_shows_every_probe_step(python, tmp_path):
+    log_file = tmp_path / "logs" / "torch_fl.log"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"logging:\n  level: debug\n  path: {log_file}\n"
+                      "devices:\n  - type: reference\n    count: 1\n")
+    result = python("import torch_fl", {"TORCH_FL_CONFIG": str(config), "TORCH_FL_PLUGINS": "/nope/libx.so"})
+    assert result.returncode == 0, result.stderr
+    for text in (result.stderr, log_file.read_text()):
+        assert "loading plugin 'reference'" in text
+        assert "reports 2 device(s)" in text
+        assert "skipping plugin 'libx'" in text and "does not exist" in text
+        assert "skipped: config count is 1" in text
