@@ -41,7 +41,12 @@ def build_op_table(devices: list[DeviceInfo], variant_policy: str = "precise") -
     for dev in devices:
         plugin = dev.plugin
         if id(plugin) not in per_plugin:
-            per_plugin[id(plugin)] = _read_kernel_table(plugin, variant_policy)
+            try:
+                per_plugin[id(plugin)] = _read_kernel_table(plugin, variant_policy)
+            except Exception as exc:   # its devices still work, through the fallbacks
+                logger.warning("plugin '%s' gave no usable kernel table (%s); every op on its "
+                               "devices will use the fallbacks", plugin.name, exc)
+                per_plugin[id(plugin)] = {}
         dev.kernels = per_plugin[id(plugin)]
     return {name for table in per_plugin.values() for name in table}
 

@@ -31,8 +31,8 @@ class Runtime:
         self.plugins, self.load_failures = load_all(sources)
         self.devices: list[DeviceInfo]
         self.devices, self.device_notes = build_device_list(self.plugins, self.config)
+        self.streams = StreamRegistry(self._open_default_streams())
         self.op_names = build_op_table(self.devices)
-        self.streams = StreamRegistry(self.devices)
         self.allocators = [CachingAllocator(d, self._synchronizer(d.index)) for d in self.devices]
         self.rng = DeviceRNG(len(self.devices))
         self.launcher = Launcher(self)
@@ -40,6 +40,22 @@ class Runtime:
         self._cross_stream = False   # until a second stream is used, no writer tracking is needed
         if not self.devices:
             logger.warning("no fl devices: %s", self.empty_reason())
+
+    def _open_default_streams(self) -> list[Stream]:
+        """A default stream per device; a device whose plugin cannot make one is left
+        out (with the reason), so one faulty plugin does not take the others down."""
+        usable, streams = [], []
+        for dev in self.devices:
+            try:
+                streams.append(Stream(dev))
+            except Exception as exc:
+                self.device_notes.append(f"{dev.device_type} device {dev.uuid} left out: {exc}")
+                logger.warning(self.device_notes[-1])
+                continue
+            dev.index = len(usable)
+            usable.append(dev)
+        self.devices = usable
+        return streams
 
     # -- devices ---------------------------------------------------------------
     def device(self, index: int) -> DeviceInfo:

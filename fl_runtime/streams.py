@@ -88,8 +88,8 @@ class Event:
 class StreamRegistry:
     """Default and current stream of every device (current is per host thread)."""
 
-    def __init__(self, devices: list[DeviceInfo]) -> None:
-        self.default = [Stream(dev) for dev in devices]
+    def __init__(self, default_streams: list[Stream]) -> None:
+        self.default = default_streams
         self._local = threading.local()
 
     def current(self, index: int) -> Stream:

@@ -107,3 +107,17 @@ def test_debug_logging_shows_every_probe_step(python, tmp_path):
         assert "reports 2 device(s)" in text
         assert "skipping plugin 'libx'" in text and "does not exist" in text
         assert "skipped: config count is 1" in text
+
+
+def test_plugin_whose_driver_fails_is_left_out_with_the_reason(built, python):
+    result = python("""
+        import json, torch, torch_fl
+        x = (torch.ones(2, device="fl:0") + 1).cpu().tolist()
+        print(json.dumps({"types": [d["type"] for d in torch_fl.list_devices()], "x": x,
+                          "notes": torch_fl.runtime().device_notes}))
+    """, {"TORCH_FL_PLUGINS": built["plugin_broken_driver"]})
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "broken" not in report["types"] and report["types"].count("reference") >= 2
+    assert report["x"] == [2.0, 2.0]
+    assert any("broken-0 left out" in n and "simulated driver failure" in n for n in report["notes"])
