@@ -12,6 +12,10 @@
 
 #include <cblas.h>
 
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 /* ======================================================================== */
 /* errors                                                                    */
 /* ======================================================================== */
@@ -92,64 +96,6 @@ int ref_can_cast(int32_t from, int32_t to) {
 }
 
 /* ======================================================================== */
-/* float16 / bfloat16 (same algorithms as c10)                               */
-/* ======================================================================== */
-
-static inline uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static inline float f32_from_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-float ref_half_to_float(uint16_t h) {
-    const uint32_t w = (uint32_t)h << 16;
-    const uint32_t sign = w & UINT32_C(0x80000000);
-    const uint32_t two_w = w + w;
-    const uint32_t exp_offset = UINT32_C(0xE0) << 23;
-    const float exp_scale = 0x1.0p-112f;
-    const float normalized = f32_from_bits((two_w >> 4) + exp_offset) * exp_scale;
-    const uint32_t magic_mask = UINT32_C(126) << 23;
-    const float denormalized = f32_from_bits((two_w >> 17) | magic_mask) - 0.5f;
-    const uint32_t cutoff = UINT32_C(1) << 27;
-    const uint32_t result =
-        sign | (two_w < cutoff ? f32_bits(denormalized) : f32_bits(normalized));
-    return f32_from_bits(result);
-}
-
-uint16_t ref_float_to_half(float f) {
-    const float scale_to_inf = 0x1.0p+112f;
-    const float scale_to_zero = 0x1.0p-110f;
-    float base = (fabsf(f) * scale_to_inf) * scale_to_zero;
-    const uint32_t w = f32_bits(f);
-    const uint32_t shl1_w = w + w;
-    const uint32_t sign = w & UINT32_C(0x80000000);
-    uint32_t bias = shl1_w & UINT32_C(0xFF000000);
-    if (bias < UINT32_C(0x71000000))
-        bias = UINT32_C(0x71000000);
-    base = f32_from_bits((bias >> 1) + UINT32_C(0x07800000)) + base;
-    const uint32_t bits = f32_bits(base);
-    const uint32_t exp_bits = (bits >> 13) & UINT32_C(0x00007C00);
-    const uint32_t mantissa_bits = bits & UINT32_C(0x00000FFF);
-    const uint32_t nonsign = exp_bits + mantissa_bits;
-    return (uint16_t)((sign >> 16) | (shl1_w > UINT32_C(0xFF000000) ? UINT32_C(0x7E00) : nonsign));
-}
-
-float ref_bf16_to_float(uint16_t b) { return f32_from_bits((uint32_t)b << 16); }
-
-uint16_t ref_float_to_bf16(float f) {
-    if (f != f)
-        return UINT16_C(0x7FC0);
-    uint32_t u = f32_bits(f);
-    uint32_t rounding_bias = ((u >> 16) & 1) + UINT32_C(0x7FFF);
-    return (uint16_t)((u + rounding_bias) >> 16);
-}
-
-/* ======================================================================== */
 /* element load / store                                                       */
 /* ======================================================================== */
 
@@ -219,14 +165,24 @@ void ref_store_i64(void *p, int32_t dt, int64_t v) {
 
 #define CONV_CHUNK 256
 
-/* typed strided loops: dst[i] = (DT)src[i] */
+/* typed loops: dst[i] = EXPR(x = src[i]); a contiguous fast path the
+ * compiler vectorises */
 #define CONV_LOOP(DT, ST, EXPR)                                     \
     do {                                                            \
         const char *s_ = (const char *)src;                         \
         char *d_ = (char *)dst;                                     \
-        for (int64_t i_ = 0; i_ < n; ++i_) {                        \
-            ST x = *(const ST *)(s_ + i_ * ss);                     \
-            *(DT *)(d_ + i_ * ds) = (EXPR);                         \
+        if (ss == (int64_t)sizeof(ST) && ds == (int64_t)sizeof(DT)) { \
+            const ST *sp_ = (const ST *)s_;                         \
+            DT *dp_ = (DT *)d_;                                     \
+            for (int64_t i_ = 0; i_ < n; ++i_) {                    \
+                ST x = sp_[i_];                                     \
+                dp_[i_] = (EXPR);                                   \
+            }                                                       \
+        } else {                                                    \
+            for (int64_t i_ = 0; i_ < n; ++i_) {                    \
+                ST x = *(const ST *)(s_ + i_ * ss);                 \
+                *(DT *)(d_ + i_ * ds) = (EXPR);                     \
+            }                                                       \
         }                                                           \
     } while (0)
 
@@ -302,6 +258,28 @@ void ref_convert(void *dst, int32_t ddt, int64_t ds, const void *src, int32_t sd
     if (ddt == FL_FLOAT32 && sdt == FL_INT32) { CONV_LOOP(ref_f32, ref_i32, (float)x); return; }
     if (ddt == FL_FLOAT32 && sdt == FL_BOOL) { CONV_LOOP(ref_f32, ref_u8, (float)(x != 0)); return; }
     if (ddt == FL_FLOAT32 && sdt == FL_UINT8) { CONV_LOOP(ref_f32, ref_u8, (float)x); return; }
+#if defined(__F16C__) && defined(__AVX__)
+    /* hardware conversion: the same round-to-nearest-even results */
+    if (ddt == FL_FLOAT32 && sdt == FL_FLOAT16 && ss == 2 && ds == 4) {
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps((float *)dst + i,
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)src + i))));
+        for (; i < n; ++i)
+            ((ref_f32 *)dst)[i] = ref_half_to_float(((const ref_u16 *)src)[i]);
+        return;
+    }
+    if (ddt == FL_FLOAT16 && sdt == FL_FLOAT32 && ss == 4 && ds == 2) {
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((__m128i *)((uint16_t *)dst + i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps((const float *)src + i),
+                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        for (; i < n; ++i)
+            ((ref_u16 *)dst)[i] = ref_float_to_half(((const ref_f32 *)src)[i]);
+        return;
+    }
+#endif
     if (ddt == FL_FLOAT32 && sdt == FL_FLOAT16) { CONV_LOOP(ref_f32, ref_u16, ref_half_to_float(x)); return; }
     if (ddt == FL_FLOAT32 && sdt == FL_BFLOAT16) { CONV_LOOP(ref_f32, ref_u16, ref_bf16_to_float(x)); return; }
     if (ddt == FL_FLOAT16 && sdt == FL_FLOAT32) { CONV_LOOP(ref_u16, ref_f32, ref_float_to_half(x)); return; }
@@ -697,17 +675,12 @@ int32_t ref_result_type(const ref_operand *ops, int n) {
 
 #define ITER_MAX_OPS 8
 
-void ref_for_each_row(int ndim, const int64_t *sizes, int nops, char *const *ptrs,
-                      int64_t strides[][REF_MAX_DIMS], int order_op, ref_row_fn fn,
-                      void *ctx) {
-    int64_t sz[REF_MAX_DIMS];
-    int64_t st[ITER_MAX_OPS][REF_MAX_DIMS];
+int ref_simplify_dims(int ndim, const int64_t *sizes, int nops, int64_t strides[][REF_MAX_DIMS],
+                      int order_op, int64_t *sz, int64_t st[][REF_MAX_DIMS]) {
     int nd = 0;
-    if (nops > ITER_MAX_OPS || ndim > REF_MAX_DIMS)
-        return; /* callers never do this */
     for (int d = 0; d < ndim; ++d) {
         if (sizes[d] == 0)
-            return;
+            return -1;
         if (sizes[d] == 1)
             continue;
         sz[nd] = sizes[d];
@@ -760,6 +733,19 @@ void ref_for_each_row(int ndim, const int64_t *sizes, int nops, char *const *ptr
         }
         nd = out + 1;
     }
+    return nd;
+}
+
+void ref_for_each_row(int ndim, const int64_t *sizes, int nops, char *const *ptrs,
+                      int64_t strides[][REF_MAX_DIMS], int order_op, ref_row_fn fn,
+                      void *ctx) {
+    int64_t sz[REF_MAX_DIMS];
+    int64_t st[ITER_MAX_OPS][REF_MAX_DIMS];
+    if (nops > ITER_MAX_OPS || ndim > REF_MAX_DIMS)
+        return; /* callers never do this */
+    int nd = ref_simplify_dims(ndim, sizes, nops, strides, order_op, sz, st);
+    if (nd < 0)
+        return;
     char *cur[ITER_MAX_OPS];
     int64_t inner_st[ITER_MAX_OPS];
     for (int k = 0; k < nops; ++k)
@@ -1019,5 +1005,40 @@ fl_status ref_gemm(const ref_args *a, int32_t dtype, int trans_a, int trans_b, i
                           (double *)C, (blasint)ldc);
     else
         return ref_fail(a, "gemm: dtype %s not supported", ref_dtype_name(dtype));
+    return FL_SUCCESS;
+}
+
+fl_status ref_gemm_batch(const ref_args *a, int32_t dtype, int trans_a, int trans_b, int64_t m,
+                         int64_t n, int64_t k, double alpha, const void *A, int64_t lda,
+                         int64_t sa, const void *B, int64_t ldb, int64_t sb, double beta, void *C,
+                         int64_t ldc, int64_t sc, int64_t count) {
+    if (m <= 0 || n <= 0 || count <= 0)
+        return FL_SUCCESS;
+    const size_t es = ref_dtype_size(dtype);
+    int64_t ca = trans_a ? m : k, cb = trans_b ? k : n;
+    int fits = count <= INT_MAX && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX &&
+               lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX && sa >= 0 && sb >= 0 &&
+               sc >= 0 && sa <= INT_MAX && sb <= INT_MAX && sc <= INT_MAX && k > 0 &&
+               lda >= (ca > 1 ? ca : 1) && ldb >= (cb > 1 ? cb : 1) && ldc >= n;
+    if (count == 1 || !fits || (dtype != FL_FLOAT32 && dtype != FL_FLOAT64)) {
+        for (int64_t i = 0; i < count; ++i)
+            REF_TRY(ref_gemm(a, dtype, trans_a, trans_b, m, n, k, alpha,
+                             (const char *)A + (size_t)(i * sa) * es, lda,
+                             (const char *)B + (size_t)(i * sb) * es, ldb, beta,
+                             (char *)C + (size_t)(i * sc) * es, ldc));
+        return FL_SUCCESS;
+    }
+    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
+    if (dtype == FL_FLOAT32)
+        scipy_cblas_sgemm_batch_strided(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k,
+                                        (float)alpha, (const float *)A, (blasint)lda, (blasint)sa,
+                                        (const float *)B, (blasint)ldb, (blasint)sb, (float)beta,
+                                        (float *)C, (blasint)ldc, (blasint)sc, (blasint)count);
+    else
+        scipy_cblas_dgemm_batch_strided(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k,
+                                        alpha, (const double *)A, (blasint)lda, (blasint)sa,
+                                        (const double *)B, (blasint)ldb, (blasint)sb, beta,
+                                        (double *)C, (blasint)ldc, (blasint)sc, (blasint)count);
     return FL_SUCCESS;
 }

@@ -85,10 +85,121 @@ int32_t ref_promote_types(int32_t a, int32_t b);
 int ref_can_cast(int32_t from, int32_t to);
 
 /* ---- element conversion --------------------------------------------------- */
-float ref_half_to_float(uint16_t h);
-uint16_t ref_float_to_half(float f);
-float ref_bf16_to_float(uint16_t b);
-uint16_t ref_float_to_bf16(float f);
+/* float16 / bfloat16 <-> float, the same algorithms (and rounding: nearest
+ * even) as c10::Half / c10::BFloat16; inline so conversion loops vectorise */
+static inline uint32_t ref_f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float ref_f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline float ref_half_to_float(uint16_t h) {
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & UINT32_C(0x80000000);
+    const uint32_t two_w = w + w;
+    const uint32_t exp_offset = UINT32_C(0xE0) << 23;
+    const float normalized = ref_f32_from_bits((two_w >> 4) + exp_offset) * 0x1.0p-112f;
+    const uint32_t magic_mask = UINT32_C(126) << 23;
+    const float denormalized = ref_f32_from_bits((two_w >> 17) | magic_mask) - 0.5f;
+    const uint32_t cutoff = UINT32_C(1) << 27;
+    return ref_f32_from_bits(sign | (two_w < cutoff ? ref_f32_bits(denormalized)
+                                                    : ref_f32_bits(normalized)));
+}
+static inline uint16_t ref_float_to_half(float f) {
+    float base = ((f < 0 ? -f : f) * 0x1.0p+112f) * 0x1.0p-110f;
+    const uint32_t w = ref_f32_bits(f);
+    const uint32_t shl1_w = w + w;
+    const uint32_t sign = w & UINT32_C(0x80000000);
+    uint32_t bias = shl1_w & UINT32_C(0xFF000000);
+    if (bias < UINT32_C(0x71000000))
+        bias = UINT32_C(0x71000000);
+    base = ref_f32_from_bits((bias >> 1) + UINT32_C(0x07800000)) + base;
+    const uint32_t bits = ref_f32_bits(base);
+    const uint32_t nonsign = ((bits >> 13) & UINT32_C(0x00007C00)) + (bits & UINT32_C(0x00000FFF));
+    return (uint16_t)((sign >> 16) | (shl1_w > UINT32_C(0xFF000000) ? UINT32_C(0x7E00) : nonsign));
+}
+/* exp for float32, branch-free so loops calling it vectorise (libm's expf
+ * does not): Cephes' range reduction and polynomial, <= 1 ulp from the
+ * correctly rounded result over the whole range, with exact inf/0/NaN
+ * handling and gradual underflow. */
+static inline float ref_expf(float x) {
+    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+    xc = x != x ? 0.0f : xc;
+    const float magic = 0x1.8p23f;
+    float n = (xc * 1.44269504088896341f + magic) - magic; /* round to nearest */
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * (r * r) + r + 1.0f;
+    int32_t ni = (int32_t)n;
+    int32_t n1 = ni / 2, n2 = ni - n1; /* each in [-75, 65]: normal powers of two */
+    y = y * ref_f32_from_bits((uint32_t)(n1 + 127) << 23);
+    y = y * ref_f32_from_bits((uint32_t)(n2 + 127) << 23);
+    return x != x ? x : y;
+}
+
+/* natural log for float32, branch-free (vectorisable): Cephes' logf
+ * (mantissa in [sqrt(1/2), sqrt(2)), degree-9 polynomial), <= 1 ulp;
+ * subnormals are scaled first; log(0) = -inf, log(x < 0) = NaN,
+ * log(inf) = inf, NaN stays NaN. */
+static inline float ref_logf(float x) {
+    /* both arms of every select are computed unconditionally: under the
+     * default -ftrapping-math the compiler may not speculate a float op out
+     * of a ?: arm, and a branch would stop vectorisation */
+    int sub = x < 0x1.0p-126f;
+    float scaled = x * 0x1.0p+25f;
+    float xs = sub ? scaled : x;
+    uint32_t b = ref_f32_bits(xs);
+    int32_t e = (int32_t)((b >> 23) & 0xff) - 126 - (sub ? 25 : 0);
+    float m = ref_f32_from_bits((b & 0x807fffffu) | 0x3f000000u); /* [0.5, 1) */
+    int lo = m < 0.707106781186547524f;
+    e = lo ? e - 1 : e;
+    float m_lo = m + m - 1.0f, m_hi = m - 1.0f;
+    m = lo ? m_lo : m_hi;
+    float z = m * m;
+    float y = 7.0376836292e-2f;
+    y = y * m - 1.1514610310e-1f;
+    y = y * m + 1.1676998740e-1f;
+    y = y * m - 1.2420140846e-1f;
+    y = y * m + 1.4249322787e-1f;
+    y = y * m - 1.6668057665e-1f;
+    y = y * m + 2.0000714765e-1f;
+    y = y * m - 2.4999993993e-1f;
+    y = y * m + 3.3333331174e-1f;
+    y = y * m * z;
+    float fe = (float)e;
+    y += -2.12194440e-4f * fe;
+    y += -0.5f * z;
+    float r = m + y + 0.693359375f * fe;
+    /* special cases blended in with bit masks: with ?: the compiler sinks the
+     * polynomial under a branch, and branches stop vectorisation */
+    uint32_t bx = ref_f32_bits(x), rb = ref_f32_bits(r);
+    uint32_t is_zero = (uint32_t)((bx & 0x7fffffffu) == 0);
+    uint32_t is_neg = (bx >> 31) & (is_zero ^ 1u);
+    uint32_t is_inf_or_nan = (uint32_t)((bx & 0x7f800000u) == 0x7f800000u);
+    uint32_t mzero = 0u - is_zero, mneg = 0u - is_neg;
+    uint32_t mpass = 0u - (is_inf_or_nan & (is_neg ^ 1u)); /* +inf -> inf, NaN -> NaN */
+    rb = (rb & ~mzero) | (0xff800000u & mzero);            /* log(+-0) = -inf */
+    rb = (rb & ~mneg) | (0x7fc00000u & mneg);              /* log(x < 0) = NaN */
+    rb = (rb & ~mpass) | (bx & mpass);
+    return ref_f32_from_bits(rb);
+}
+
+static inline float ref_bf16_to_float(uint16_t b) { return ref_f32_from_bits((uint32_t)b << 16); }
+static inline uint16_t ref_float_to_bf16(float f) {
+    uint32_t u = ref_f32_bits(f);
+    uint32_t rounded = (u + (((u >> 16) & 1) + UINT32_C(0x7FFF))) >> 16;
+    return (uint16_t)(f != f ? UINT32_C(0x7FC0) : rounded);
+}
 
 /* float -> int64 without UB: NaN / out of range give INT64_MIN (x86 behaviour) */
 static inline int64_t ref_double_to_i64(double d) {
@@ -213,6 +324,12 @@ void ref_for_each_row(int ndim, const int64_t *sizes, int nops, char *const *ptr
                       int64_t strides[][REF_MAX_DIMS], int order_op, ref_row_fn fn,
                       void *ctx);
 
+/* The layout work of ref_for_each_row: drops size-1 dims, orders by
+ * order_op, coalesces; writes sz/st (nd entries) and returns nd, or -1 when
+ * a size is 0.  nops <= 8. */
+int ref_simplify_dims(int ndim, const int64_t *sizes, int nops, int64_t strides[][REF_MAX_DIMS],
+                      int order_op, int64_t *sz, int64_t st[][REF_MAX_DIMS]);
+
 /* Broadcast tensor t (numpy rules) to `sizes`; writes byte strides. */
 fl_status ref_broadcast_strides(const ref_args *a, const fl_tensor *t, const char *name,
                                 int ndim, const int64_t *sizes, int64_t *strides_bytes);
@@ -250,6 +367,14 @@ void ref_free(void *p);
 fl_status ref_gemm(const ref_args *a, int32_t dtype, int trans_a, int trans_b, int64_t m,
                    int64_t n, int64_t k, double alpha, const void *A, int64_t lda,
                    const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
+
+/* count gemms with the same shapes: A_i = A + i*sa (elements), likewise B,
+ * C; runs the batch on BLAS's threads (cblas_?gemm_batch_strided).  The C_i
+ * must not overlap. */
+fl_status ref_gemm_batch(const ref_args *a, int32_t dtype, int trans_a, int trans_b, int64_t m,
+                         int64_t n, int64_t k, double alpha, const void *A, int64_t lda,
+                         int64_t sa, const void *B, int64_t ldb, int64_t sb, double beta, void *C,
+                         int64_t ldc, int64_t sc, int64_t count);
 
 /* ---- kernels (defined in kernels_*.c, listed in kernel_table.c) ------------- */
 #define REF_KERNEL(name) fl_status name(const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx)

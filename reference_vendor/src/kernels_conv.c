@@ -3,19 +3,21 @@
  * groups, optional bias) and convolution_backward (grad_input, grad_weight,
  * grad_bias per output_mask), float32 and float64, on im2col + BLAS gemm.
  *
- * The batch is processed in chunks of nb samples: im2col builds a
- * [Cg*KH*KW, nb*OH*OW] column matrix per group so that one large gemm does
- * a whole chunk (better BLAS efficiency than one small gemm per sample).
- *   forward:      out_g[Og, nb*OHW]   = W_g[Og, K] @ cols[K, nb*OHW]
- *   grad_weight:  dW_g[Og, K]        += dY_g[Og, nb*OHW] @ cols^T
- *   grad_input:   dcols[K, nb*OHW]    = W_g^T @ dY_g, then col2im (add)
+ * Samples go in chunks of a few (buffers of a few MiB); per group g, with
+ * K = Cg*KH*KW:
+ *   forward:      Y_ng[Og, OHW]  = [W_g | b_g][Og, K+1] @ [cols_n; 1][K+1, OHW]
+ *                 one batched gemm per chunk (bias folded into the gemm;
+ *                 written straight into Y when its H*W planes are contiguous)
+ *   grad_weight:  P_n[Og, K]     = dY_ng[Og, OHW] @ cols_n^T (batched gemm),
+ *                 dW_g = sum of P_n
+ *   grad_input:   dcols_n[K, OHW] = W_g^T @ dY_ng (batched gemm), col2im (add)
+ *   grad_bias:    sum of dY over N, H, W
+ * 1x1 / stride 1 / no padding convolutions read the input planes directly.
  * Transposed convolution is not supported.
  */
 #include <stdlib.h>
 
 #include "kernel_util.h"
-
-#define COLS_BUDGET_ELEMS (8ll << 20) /* per column buffer: 32 MiB of float32 */
 
 typedef struct geom {
     int64_t N, C, H, W, O, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW, G, Cg, Og, K, OHW;
@@ -128,11 +130,14 @@ static fl_status parse_geom(const ref_args *a, const fl_tensor *x, const fl_tens
     return FL_SUCCESS;
 }
 
-static int64_t chunk_size(const geom *g) {
-    int64_t per = g->K * g->OHW;
-    if (g->Og * g->OHW > per)
-        per = g->Og * g->OHW;
-    int64_t nb = per > 0 ? COLS_BUDGET_ELEMS / per : g->N;
+
+/* samples per chunk: the per-sample buffers of a chunk (per_sample_rows
+ * rows of OH*OW elements each) stay within a few MiB (cache friendly); the
+ * batched gemms of a chunk run on BLAS's threads */
+#define CHUNK_BYTES ((int64_t)4 << 20)
+static int64_t chunk_samples(const geom *g, int64_t per_sample_rows) {
+    int64_t per = per_sample_rows * g->OHW * (int64_t)g->es;
+    int64_t nb = per > 0 ? CHUNK_BYTES / per : g->N;
     if (nb < 1)
         nb = 1;
     if (nb > g->N)
@@ -142,29 +147,114 @@ static int64_t chunk_size(const geom *g) {
 
 /* ---- im2col / col2im ---------------------------------------------------------- */
 
-static inline void copy_elems(char *d, const char *s, int64_t n, int64_t sstride_b, size_t es) {
-    if (sstride_b == (int64_t)es) {
-        memcpy(d, s, (size_t)n * es);
-    } else if (es == 4) {
-        for (int64_t i = 0; i < n; ++i)
-            ((ref_i32 *)d)[i] = *(const ref_i32 *)(s + i * sstride_b);
+static inline void copy_run(char *d, const char *s, int64_t n, int64_t sstride_b, size_t es) {
+    if (es == 4) {
+        ref_f32 *dp = (ref_f32 *)d;
+        if (sstride_b == 4) {
+            const ref_f32 *sp = (const ref_f32 *)s;
+            for (int64_t i = 0; i < n; ++i)
+                dp[i] = sp[i];
+        } else {
+            for (int64_t i = 0; i < n; ++i)
+                dp[i] = *(const ref_f32 *)(s + i * sstride_b);
+        }
     } else {
+        ref_f64 *dp = (ref_f64 *)d;
         for (int64_t i = 0; i < n; ++i)
-            ((ref_i64 *)d)[i] = *(const ref_i64 *)(s + i * sstride_b);
+            dp[i] = *(const ref_f64 *)(s + i * sstride_b);
     }
 }
 
-/* cols[K, nb*OHW] (contiguous) from input samples n0..n0+nb-1, group grp */
-static void im2col(const geom *g, const char *x, int64_t n0, int64_t nb, int64_t grp, char *cols) {
+static inline void zero_run(char *d, int64_t n, size_t es) {
+    if (es == 4)
+        for (int64_t i = 0; i < n; ++i)
+            ((ref_f32 *)d)[i] = 0.0f;
+    else
+        for (int64_t i = 0; i < n; ++i)
+            ((ref_f64 *)d)[i] = 0.0;
+}
+
+/*
+ * Stride 1 with output width == input width ("same" padding) and contiguous
+ * input planes: a column row (c, i, j) is the input plane shifted by
+ * delta = (i*DH - PH)*W + (j*DW - PW) elements, with zeros in the rows and
+ * columns that fall into the padding.  Bulk copies / adds instead of one
+ * short run per output row.
+ */
+static int same_plane_fast(const geom *g, const int64_t *s) {
+    return g->SH == 1 && g->SW == 1 && g->OW == g->W && s[3] == 1 && (g->H == 1 || s[2] == g->W);
+}
+
+typedef struct shift {
+    int64_t delta, off, oh_lo, oh_hi, q0, q1; /* valid rows, copy range in the column row */
+} shift;
+
+static shift plane_shift(const geom *g, int64_t i, int64_t j) {
+    shift r;
+    int64_t ih_off = i * g->DH - g->PH;
+    r.off = j * g->DW - g->PW;
+    r.delta = ih_off * g->W + r.off;
+    r.oh_lo = ih_off < 0 ? -ih_off : 0;
+    r.oh_hi = g->H - ih_off < g->OH ? g->H - ih_off : g->OH;
+    if (r.oh_hi < r.oh_lo)
+        r.oh_hi = r.oh_lo;
+    int64_t P0 = r.oh_lo * g->OW, P1 = r.oh_hi * g->OW;
+    r.q0 = P0 > -r.delta ? P0 : -r.delta;
+    r.q1 = P1 < g->H * g->W - r.delta ? P1 : g->H * g->W - r.delta;
+    if (r.q1 < r.q0)
+        r.q1 = r.q0;
+    return r;
+}
+
+/* zero the padding positions (rows outside [oh_lo, oh_hi), columns with
+ * ow + off outside [0, W)) of one column row */
+static void zero_padding(const geom *g, const shift *sh, char *row, int rows_too) {
     const size_t es = g->es;
-    const int64_t ld = nb * g->OHW;
-    for (int64_t c = 0; c < g->Cg; ++c)
+    if (rows_too) {
+        zero_run(row, sh->oh_lo * g->OW, es);
+        zero_run(row + (size_t)(sh->oh_hi * g->OW) * es, (g->OH - sh->oh_hi) * g->OW, es);
+    }
+    int64_t P0 = sh->oh_lo * g->OW, P1 = sh->oh_hi * g->OW;
+    zero_run(row + (size_t)P0 * es, sh->q0 - P0, es);
+    zero_run(row + (size_t)sh->q1 * es, P1 - sh->q1, es);
+    int64_t clo = sh->off < 0 ? -sh->off : 0;             /* columns [0, clo) */
+    int64_t chi = g->W - sh->off < g->OW ? g->W - sh->off : g->OW; /* [chi, OW) */
+    if (chi < 0)
+        chi = 0;
+    if (clo == 0 && chi == g->OW)
+        return;
+    for (int64_t oh = sh->oh_lo; oh < sh->oh_hi; ++oh) {
+        char *r = row + (size_t)(oh * g->OW) * es;
+        zero_run(r, clo < g->OW ? clo : g->OW, es);
+        zero_run(r + chi * es, g->OW - chi, es);
+    }
+}
+
+/* cols[K, OHW] (row stride ld elements) from sample n, group grp */
+static void im2col(const geom *g, const char *x, int64_t n, int64_t grp, char *cols, int64_t ld) {
+    const size_t es = g->es;
+    if (same_plane_fast(g, g->is)) {
+        for (int64_t c = 0; c < g->Cg; ++c) {
+            const char *src = x + (n * g->is[0] + (grp * g->Cg + c) * g->is[1]) * (int64_t)es;
+            for (int64_t i = 0; i < g->KH; ++i)
+                for (int64_t j = 0; j < g->KW; ++j) {
+                    char *row = cols + (size_t)(((c * g->KH + i) * g->KW + j) * ld) * es;
+                    shift sh = plane_shift(g, i, j);
+                    memcpy(row + (size_t)sh.q0 * es, src + (sh.q0 + sh.delta) * (int64_t)es,
+                           (size_t)(sh.q1 - sh.q0) * es);
+                    zero_padding(g, &sh, row, 1);
+                }
+        }
+        return;
+    }
+    const int64_t sw_b = g->is[3] * (int64_t)es;
+    for (int64_t c = 0; c < g->Cg; ++c) {
+        const char *src = x + (n * g->is[0] + (grp * g->Cg + c) * g->is[1]) * (int64_t)es;
         for (int64_t i = 0; i < g->KH; ++i)
             for (int64_t j = 0; j < g->KW; ++j) {
                 char *row = cols + (size_t)(((c * g->KH + i) * g->KW + j) * ld) * es;
-                int64_t ow_lo = 0, ow_hi = g->OW;
-                if (g->SW == 1) {
-                    int64_t off = j * g->DW - g->PW; /* iw = ow + off */
+                int64_t ow_lo = 0, ow_hi = g->OW, off = j * g->DW - g->PW;
+                if (g->SW == 1) { /* iw = ow + off */
                     ow_lo = off < 0 ? -off : 0;
                     ow_hi = g->W - off;
                     if (ow_hi > g->OW)
@@ -172,191 +262,187 @@ static void im2col(const geom *g, const char *x, int64_t n0, int64_t nb, int64_t
                     if (ow_hi < ow_lo)
                         ow_hi = ow_lo;
                 }
-                for (int64_t nl = 0; nl < nb; ++nl) {
-                    const char *src = x + ((n0 + nl) * g->is[0] + (grp * g->Cg + c) * g->is[1]) *
-                                              (int64_t)es;
-                    char *dst = row + (size_t)(nl * g->OHW) * es;
-                    for (int64_t oh = 0; oh < g->OH; ++oh) {
-                        int64_t ih = oh * g->SH - g->PH + i * g->DH;
-                        char *d = dst + (size_t)(oh * g->OW) * es;
-                        if (ih < 0 || ih >= g->H) {
-                            memset(d, 0, (size_t)g->OW * es);
-                            continue;
-                        }
-                        const char *s = src + ih * g->is[2] * (int64_t)es;
-                        if (g->SW == 1) {
-                            int64_t off = j * g->DW - g->PW;
-                            if (ow_lo > 0)
-                                memset(d, 0, (size_t)ow_lo * es);
-                            if (ow_hi > ow_lo)
-                                copy_elems(d + ow_lo * es, s + (ow_lo + off) * g->is[3] * (int64_t)es,
-                                           ow_hi - ow_lo, g->is[3] * (int64_t)es, es);
-                            if (ow_hi < g->OW)
-                                memset(d + ow_hi * es, 0, (size_t)(g->OW - ow_hi) * es);
-                        } else {
-                            for (int64_t ow = 0; ow < g->OW; ++ow) {
-                                int64_t iw = ow * g->SW - g->PW + j * g->DW;
-                                char *de = d + ow * es;
-                                if (iw < 0 || iw >= g->W)
-                                    memset(de, 0, es);
-                                else
-                                    memcpy(de, s + iw * g->is[3] * (int64_t)es, es);
-                            }
+                for (int64_t oh = 0; oh < g->OH; ++oh) {
+                    int64_t ih = oh * g->SH - g->PH + i * g->DH;
+                    char *d = row + (size_t)(oh * g->OW) * es;
+                    if (ih < 0 || ih >= g->H) {
+                        zero_run(d, g->OW, es);
+                        continue;
+                    }
+                    const char *s = src + ih * g->is[2] * (int64_t)es;
+                    if (g->SW == 1) {
+                        zero_run(d, ow_lo, es);
+                        copy_run(d + ow_lo * es, s + (ow_lo + off) * sw_b, ow_hi - ow_lo, sw_b, es);
+                        zero_run(d + ow_hi * es, g->OW - ow_hi, es);
+                    } else {
+                        for (int64_t ow = 0; ow < g->OW; ++ow) {
+                            int64_t iw = ow * g->SW + off;
+                            if (es == 4)
+                                ((ref_f32 *)d)[ow] = (iw < 0 || iw >= g->W) ? 0.0f
+                                                     : *(const ref_f32 *)(s + iw * sw_b);
+                            else
+                                ((ref_f64 *)d)[ow] = (iw < 0 || iw >= g->W) ? 0.0
+                                                     : *(const ref_f64 *)(s + iw * sw_b);
                         }
                     }
                 }
             }
+    }
 }
 
-/* grad_input[n0.., grp] += col2im(dcols[K, nb*OHW]); gs: grad_input strides */
-static void col2im_add(const geom *g, char *gi, const int64_t *gs, int64_t n0, int64_t nb,
-                       int64_t grp, const char *dcols) {
+/* grad_input[n, grp] += col2im(dcols[K, OHW]); gs: grad_input element strides */
+static void col2im_add(const geom *g, char *gi, const int64_t *gs, int64_t n, int64_t grp,
+                       char *dcols) {
     const size_t es = g->es;
-    const int64_t ld = nb * g->OHW;
-    for (int64_t c = 0; c < g->Cg; ++c)
+    const int64_t ld = g->OHW;
+    if (same_plane_fast(g, gs)) {
+        for (int64_t c = 0; c < g->Cg; ++c) {
+            char *dst = gi + (n * gs[0] + (grp * g->Cg + c) * gs[1]) * (int64_t)es;
+            for (int64_t i = 0; i < g->KH; ++i)
+                for (int64_t j = 0; j < g->KW; ++j) {
+                    char *row = dcols + (size_t)(((c * g->KH + i) * g->KW + j) * ld) * es;
+                    shift sh = plane_shift(g, i, j);
+                    /* padding positions must not contribute: zero them, then
+                     * one contiguous add */
+                    zero_padding(g, &sh, row, 0);
+                    int64_t m = sh.q1 - sh.q0;
+                    if (es == 4) {
+                        ref_f32 *d = (ref_f32 *)dst + sh.q0 + sh.delta;
+                        const float *sp = (const float *)(const void *)row + sh.q0;
+                        for (int64_t k = 0; k < m; ++k)
+                            d[k] += sp[k];
+                    } else {
+                        ref_f64 *d = (ref_f64 *)dst + sh.q0 + sh.delta;
+                        const double *sp = (const double *)(const void *)row + sh.q0;
+                        for (int64_t k = 0; k < m; ++k)
+                            d[k] += sp[k];
+                    }
+                }
+        }
+        return;
+    }
+    for (int64_t c = 0; c < g->Cg; ++c) {
+        char *dst = gi + (n * gs[0] + (grp * g->Cg + c) * gs[1]) * (int64_t)es;
         for (int64_t i = 0; i < g->KH; ++i)
             for (int64_t j = 0; j < g->KW; ++j) {
                 const char *row = dcols + (size_t)(((c * g->KH + i) * g->KW + j) * ld) * es;
-                for (int64_t nl = 0; nl < nb; ++nl) {
-                    char *dst = gi + ((n0 + nl) * gs[0] + (grp * g->Cg + c) * gs[1]) * (int64_t)es;
-                    const char *src = row + (size_t)(nl * g->OHW) * es;
-                    for (int64_t oh = 0; oh < g->OH; ++oh) {
-                        int64_t ih = oh * g->SH - g->PH + i * g->DH;
-                        if (ih < 0 || ih >= g->H)
-                            continue;
-                        char *d = dst + ih * gs[2] * (int64_t)es;
-                        const char *s = src + (size_t)(oh * g->OW) * es;
-                        if (g->SW == 1 && gs[3] == 1) {
-                            int64_t off = j * g->DW - g->PW;
-                            int64_t lo = off < 0 ? -off : 0, hi = g->W - off;
-                            if (hi > g->OW)
-                                hi = g->OW;
-                            if (es == 4) {
-                                ref_f32 *dp = (ref_f32 *)d + off;
-                                const float *sp = (const float *)(const void *)s;
-                                for (int64_t ow = lo; ow < hi; ++ow)
-                                    dp[ow] += sp[ow];
-                            } else {
-                                ref_f64 *dp = (ref_f64 *)d + off;
-                                const double *sp = (const double *)(const void *)s;
-                                for (int64_t ow = lo; ow < hi; ++ow)
-                                    dp[ow] += sp[ow];
-                            }
+                int64_t off = j * g->DW - g->PW;
+                int64_t lo = off < 0 ? -off : 0, hi = g->W - off;
+                if (hi > g->OW)
+                    hi = g->OW;
+                for (int64_t oh = 0; oh < g->OH; ++oh) {
+                    int64_t ih = oh * g->SH - g->PH + i * g->DH;
+                    if (ih < 0 || ih >= g->H)
+                        continue;
+                    char *d = dst + ih * gs[2] * (int64_t)es;
+                    const char *s = row + (size_t)(oh * g->OW) * es;
+                    if (g->SW == 1 && gs[3] == 1) {
+                        if (es == 4) {
+                            ref_f32 *dp = (ref_f32 *)d + off;
+                            const float *sp = (const float *)(const void *)s;
+                            for (int64_t ow = lo; ow < hi; ++ow)
+                                dp[ow] += sp[ow];
                         } else {
-                            for (int64_t ow = 0; ow < g->OW; ++ow) {
-                                int64_t iw = ow * g->SW - g->PW + j * g->DW;
-                                if (iw < 0 || iw >= g->W)
-                                    continue;
-                                char *de = d + iw * gs[3] * (int64_t)es;
-                                if (es == 4)
-                                    *(ref_f32 *)de += ((const float *)(const void *)s)[ow];
-                                else
-                                    *(ref_f64 *)de += ((const double *)(const void *)s)[ow];
-                            }
+                            ref_f64 *dp = (ref_f64 *)d + off;
+                            const double *sp = (const double *)(const void *)s;
+                            for (int64_t ow = lo; ow < hi; ++ow)
+                                dp[ow] += sp[ow];
+                        }
+                    } else {
+                        for (int64_t ow = 0; ow < g->OW; ++ow) {
+                            int64_t iw = ow * g->SW + off;
+                            if (iw < 0 || iw >= g->W)
+                                continue;
+                            char *de = d + iw * gs[3] * (int64_t)es;
+                            if (es == 4)
+                                *(ref_f32 *)de += ((const float *)(const void *)s)[ow];
+                            else
+                                *(ref_f64 *)de += ((const double *)(const void *)s)[ow];
                         }
                     }
                 }
             }
+    }
 }
 
-/* buf[Og, nb*OHW] <- y[n0.., grp*Og..] (strided) */
-static void gather_y(const geom *g, const char *y, int64_t n0, int64_t nb, int64_t grp, char *buf) {
-    const size_t es = g->es;
-    const int64_t ld = nb * g->OHW;
-    for (int64_t o = 0; o < g->Og; ++o)
-        for (int64_t nl = 0; nl < nb; ++nl) {
-            const char *src =
-                y + ((n0 + nl) * g->os[0] + (grp * g->Og + o) * g->os[1]) * (int64_t)es;
-            char *dst = buf + (size_t)(o * ld + nl * g->OHW) * es;
-            if (g->os[3] == 1 && (g->OH == 1 || g->os[2] == g->OW)) {
-                memcpy(dst, src, (size_t)g->OHW * es);
-            } else {
-                for (int64_t oh = 0; oh < g->OH; ++oh)
-                    copy_elems(dst + (size_t)(oh * g->OW) * es, src + oh * g->os[2] * (int64_t)es,
-                               g->OW, g->os[3] * (int64_t)es, es);
-            }
-        }
+/* H*W planes of a [N, C, H, W] view with element strides s are contiguous
+ * rows of a gemm matrix: returns the leading dimension (channel stride), 0 if not */
+static int64_t plane_ld(const geom *g, const int64_t *s, int64_t H, int64_t W, int64_t nch,
+                        const void *base) {
+    if ((uintptr_t)base % g->es != 0)
+        return 0;
+    if (!(W == 1 || s[3] == 1) || !(H == 1 || s[2] == W))
+        return 0;
+    if (nch > 1 && s[1] < H * W)
+        return 0;
+    return nch > 1 ? s[1] : H * W;
 }
 
-/* y[n0.., grp*Og..] <- buf[Og, nb*OHW] + bias */
-static void scatter_y(const geom *g, char *y, int64_t n0, int64_t nb, int64_t grp, const char *buf,
-                      const char *bias /* contiguous, same dtype, or NULL */) {
+/* buf[Og, OHW] (row stride ld elements) <- y[n, grp*Og..] (strided) */
+static void gather_y(const geom *g, const char *y, int64_t n, int64_t grp, char *buf, int64_t ld) {
     const size_t es = g->es;
-    const int64_t ld = nb * g->OHW;
+    for (int64_t o = 0; o < g->Og; ++o) {
+        const char *src = y + (n * g->os[0] + (grp * g->Og + o) * g->os[1]) * (int64_t)es;
+        for (int64_t oh = 0; oh < g->OH; ++oh)
+            copy_run(buf + (size_t)(o * ld + oh * g->OW) * es, src + oh * g->os[2] * (int64_t)es,
+                     g->OW, g->os[3] * (int64_t)es, es);
+    }
+}
+
+/* y[n, grp*Og..] <- buf[Og, OHW] (+ bias if not NULL) */
+static void scatter_y(const geom *g, char *y, int64_t n, int64_t grp, const char *buf,
+                      const char *bias) {
+    const size_t es = g->es;
     for (int64_t o = 0; o < g->Og; ++o) {
         int64_t oc = grp * g->Og + o;
-        for (int64_t nl = 0; nl < nb; ++nl) {
-            char *dst = y + ((n0 + nl) * g->os[0] + oc * g->os[1]) * (int64_t)es;
-            const char *src = buf + (size_t)(o * ld + nl * g->OHW) * es;
-            int plane = g->os[3] == 1 && (g->OH == 1 || g->os[2] == g->OW);
-            for (int64_t oh = 0; oh < g->OH; ++oh) {
-                char *d = dst + oh * g->os[2] * (int64_t)es;
-                const char *s = src + (size_t)(oh * g->OW) * es;
-                int64_t n = plane ? g->OHW : g->OW, ds = plane ? 1 : g->os[3];
-                if (es == 4) {
-                    const float b = bias ? ((const float *)(const void *)bias)[oc] : 0.0f;
-                    const float *sp = (const float *)(const void *)s;
-                    if (ds == 1)
-                        for (int64_t k = 0; k < n; ++k)
-                            ((ref_f32 *)d)[k] = sp[k] + b;
-                    else
-                        for (int64_t k = 0; k < n; ++k)
-                            *(ref_f32 *)(d + k * ds * 4) = sp[k] + b;
-                } else {
-                    const double b = bias ? ((const double *)(const void *)bias)[oc] : 0.0;
-                    const double *sp = (const double *)(const void *)s;
-                    if (ds == 1)
-                        for (int64_t k = 0; k < n; ++k)
-                            ((ref_f64 *)d)[k] = sp[k] + b;
-                    else
-                        for (int64_t k = 0; k < n; ++k)
-                            *(ref_f64 *)(d + k * ds * 8) = sp[k] + b;
-                }
-                if (plane)
-                    break;
+        char *dst = y + (n * g->os[0] + oc * g->os[1]) * (int64_t)es;
+        for (int64_t oh = 0; oh < g->OH; ++oh)
+            for (int64_t ow = 0; ow < g->OW; ++ow) {
+                char *d = dst + (oh * g->os[2] + ow * g->os[3]) * (int64_t)es;
+                size_t k = (size_t)(o * g->OHW + oh * g->OW + ow);
+                if (es == 4)
+                    *(ref_f32 *)d = ((const float *)(const void *)buf)[k] +
+                                    (bias ? ((const float *)(const void *)bias)[oc] : 0.0f);
+                else
+                    *(ref_f64 *)d = ((const double *)(const void *)buf)[k] +
+                                    (bias ? ((const double *)(const void *)bias)[oc] : 0.0);
             }
-        }
     }
 }
 
-/* weight as a contiguous aligned [O, K] matrix: the tensor itself or a copy */
-static fl_status weight_matrix(const ref_args *a, const fl_tensor *w, const geom *g, char **mat,
-                               char **owned) {
-    *owned = NULL;
-    if (ref_is_contiguous(w) && (uintptr_t)ref_tensor_data(w) % g->es == 0) {
-        *mat = (char *)ref_tensor_data(w);
-        return FL_SUCCESS;
-    }
-    char *buf = (char *)ref_alloc((size_t)(g->O * g->K) * g->es);
+/* [O, ldw] contiguous matrix: weight rows (K elements) and, if b, the bias in
+ * column K */
+static char *pack_weight(const fl_tensor *w, const fl_tensor *b, const geom *g, int64_t ldw) {
+    char *buf = (char *)ref_alloc((size_t)(g->O * ldw) * g->es);
     if (!buf)
-        return ref_fail(a, "out of host memory for the weight");
-    int64_t strides[2][REF_MAX_DIMS];
-    int64_t run = (int64_t)g->es;
-    for (int d = w->ndim - 1; d >= 0; --d) {
-        strides[0][d] = run;
-        strides[1][d] = w->strides[d] * (int64_t)g->es;
-        run *= w->sizes[d];
-    }
-    /* reuse ref_convert row by row through a tiny iterator */
+        return NULL;
+    const char *src = (const char *)ref_tensor_data(w);
     int64_t idx[REF_MAX_DIMS] = {0};
     int64_t total = ref_numel(w);
-    const char *src = (const char *)ref_tensor_data(w);
     for (int64_t e = 0; e < total; ++e) {
-        int64_t so = 0, doff = 0;
-        for (int d = 0; d < w->ndim; ++d) {
-            so += idx[d] * strides[1][d];
-            doff += idx[d] * strides[0][d];
-        }
-        memcpy(buf + doff, src + so, g->es);
+        int64_t so = 0;
+        for (int d = 0; d < w->ndim; ++d)
+            so += idx[d] * w->strides[d];
+        int64_t o = e / g->K, k = e % g->K;
+        memcpy(buf + (size_t)(o * ldw + k) * g->es, src + so * (int64_t)g->es, g->es);
         for (int d = w->ndim - 1; d >= 0; --d) {
             if (++idx[d] < w->sizes[d])
                 break;
             idx[d] = 0;
         }
     }
-    *mat = buf;
-    *owned = buf;
-    return FL_SUCCESS;
+    if (b)
+        for (int64_t o = 0; o < g->O; ++o)
+            memcpy(buf + (size_t)(o * ldw + g->K) * g->es,
+                   (const char *)ref_tensor_data(b) + o * b->strides[0] * (int64_t)g->es, g->es);
+    return buf;
+}
+
+/* 1x1, stride 1, no padding, input planes usable as gemm rows: no im2col */
+static int64_t direct_cols_ld(const geom *g, const fl_tensor *x) {
+    if (g->KH != 1 || g->KW != 1 || g->SH != 1 || g->SW != 1 || g->PH != 0 || g->PW != 0)
+        return 0;
+    return plane_ld(g, g->is, g->H, g->W, g->Cg, ref_tensor_data(x));
 }
 
 /* ---- forward ------------------------------------------------------------------ */
@@ -379,63 +465,118 @@ REF_KERNEL(ref_k_convolution) {
     if (g.N == 0 || g.O == 0)
         return FL_SUCCESS;
 
+    const size_t es = g.es;
+    const int64_t xld = direct_cols_ld(&g, x);
+    const int fold_bias = b && !xld;          /* bias as an extra gemm column */
+    const int64_t Kb = g.K + (fold_bias ? 1 : 0);
+    const int64_t yld = plane_ld(&g, g.os, g.OH, g.OW, g.Og, ref_tensor_data(y));
+    const int64_t nb = chunk_samples(&g, Kb > g.Og ? Kb : g.Og);
+    const int64_t cstride = Kb * g.OHW, ostride = g.Og * g.OHW; /* per sample slot */
     fl_status st = FL_SUCCESS;
-    int64_t nb = chunk_size(&g);
-    char *wmat = NULL, *wown = NULL;
-    char *bias = NULL, *cols = NULL, *obuf = NULL;
-    REF_TRY(weight_matrix(&a, w, &g, &wmat, &wown));
-    if (b) {
-        bias = (char *)ref_alloc((size_t)g.O * g.es);
+    char *wmat = pack_weight(w, fold_bias ? b : NULL, &g, Kb);
+    char *cols = xld ? NULL : (char *)ref_alloc((size_t)(nb * cstride) * es);
+    char *obuf = yld ? NULL : (char *)ref_alloc((size_t)(nb * ostride) * es);
+    char *bias = NULL;
+    if (b && !fold_bias) {
+        bias = (char *)ref_alloc((size_t)g.O * es);
         if (bias)
-            ref_convert(bias, b->dtype, (int64_t)g.es, ref_tensor_data(b), b->dtype,
-                        b->strides[0] * (int64_t)g.es, g.O);
+            ref_convert(bias, b->dtype, (int64_t)es, ref_tensor_data(b), b->dtype,
+                        b->strides[0] * (int64_t)es, g.O);
     }
-    cols = (char *)ref_alloc((size_t)(g.K * nb * g.OHW) * g.es);
-    obuf = (char *)ref_alloc((size_t)(g.Og * nb * g.OHW) * g.es);
-    if ((b && !bias) || !cols || !obuf) {
+    if (!wmat || (!xld && !cols) || (!yld && !obuf) || (b && !fold_bias && !bias)) {
         st = ref_fail(&a, "out of host memory for convolution buffers");
         goto done;
     }
+    if (fold_bias) /* the ones row of every sample slot */
+        for (int64_t nl = 0; nl < nb; ++nl)
+            for (int64_t p = 0; p < g.OHW; ++p) {
+                size_t k = (size_t)(nl * cstride + g.K * g.OHW + p);
+                if (es == 4)
+                    ((float *)(void *)cols)[k] = 1.0f;
+                else
+                    ((double *)(void *)cols)[k] = 1.0;
+            }
+    const char *xp = (const char *)ref_tensor_data(x);
+    char *yp = (char *)ref_tensor_data(y);
     for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
-        int64_t nc = g.N - n0 < nb ? g.N - n0 : nb;
+        const int64_t nc = g.N - n0 < nb ? g.N - n0 : nb;
         for (int64_t grp = 0; grp < g.G; ++grp) {
-            if (g.K > 0) {
-                im2col(&g, (const char *)ref_tensor_data(x), n0, nc, grp, cols);
-                st = ref_gemm(&a, x->dtype, 0, 0, g.Og, nc * g.OHW, g.K, 1.0,
-                              wmat + (size_t)(grp * g.Og * g.K) * g.es, g.K, cols, nc * g.OHW, 0.0,
-                              obuf, nc * g.OHW);
+            const char *B;
+            int64_t ldb, sb;
+            if (xld) {
+                B = xp + (n0 * g.is[0] + grp * g.Cg * g.is[1]) * (int64_t)es;
+                ldb = xld;
+                sb = g.is[0];
+            } else {
+                for (int64_t nl = 0; nl < nc; ++nl)
+                    im2col(&g, xp, n0 + nl, grp, cols + (size_t)(nl * cstride) * es, g.OHW);
+                B = cols;
+                ldb = g.OHW;
+                sb = cstride;
+            }
+            char *C = yld ? yp + (n0 * g.os[0] + grp * g.Og * g.os[1]) * (int64_t)es : obuf;
+            const int64_t ldc = yld ? yld : g.OHW, sc = yld ? g.os[0] : ostride;
+            if (Kb > 0) {
+                st = ref_gemm_batch(&a, x->dtype, 0, 0, g.Og, g.OHW, Kb, 1.0,
+                                    wmat + (size_t)(grp * g.Og * Kb) * es, Kb, 0, B, ldb, sb, 0.0,
+                                    C, ldc, sc, nc);
                 if (st != FL_SUCCESS)
                     goto done;
             } else {
-                memset(obuf, 0, (size_t)(g.Og * nc * g.OHW) * g.es);
+                for (int64_t nl = 0; nl < nc; ++nl)
+                    for (int64_t o = 0; o < g.Og; ++o)
+                        zero_run(C + (size_t)(nl * sc + o * ldc) * es, g.OHW, es);
             }
-            scatter_y(&g, (char *)ref_tensor_data(y), n0, nc, grp, obuf, bias);
+            for (int64_t nl = 0; nl < nc; ++nl) {
+                if (!yld) {
+                    scatter_y(&g, yp, n0 + nl, grp, obuf + (size_t)(nl * ostride) * es, bias);
+                } else if (bias) {
+                    for (int64_t o = 0; o < g.Og; ++o) {
+                        char *r = C + (size_t)(nl * sc + o * ldc) * es;
+                        if (es == 4) {
+                            const float bv = ((const float *)(const void *)bias)[grp * g.Og + o];
+                            for (int64_t p = 0; p < g.OHW; ++p)
+                                ((ref_f32 *)r)[p] += bv;
+                        } else {
+                            const double bv = ((const double *)(const void *)bias)[grp * g.Og + o];
+                            for (int64_t p = 0; p < g.OHW; ++p)
+                                ((ref_f64 *)r)[p] += bv;
+                        }
+                    }
+                }
+            }
         }
     }
 done:
-    ref_free(wown);
-    ref_free(bias);
+    ref_free(wmat);
     ref_free(cols);
     ref_free(obuf);
+    ref_free(bias);
     return st;
 }
 
 /* ---- backward ------------------------------------------------------------------- */
 
-static void zero_strided4(const geom *g, char *p, const int64_t *s, int64_t d1) {
-    /* zero a [N, d1, H, W] tensor with element strides s */
-    const size_t es = g->es;
-    for (int64_t n = 0; n < g->N; ++n)
-        for (int64_t c = 0; c < d1; ++c) {
-            char *q = p + (n * s[0] + c * s[1]) * (int64_t)es;
-            if (s[3] == 1 && (g->H == 1 || s[2] == g->W)) {
-                memset(q, 0, (size_t)(g->H * g->W) * es);
-                continue;
-            }
-            for (int64_t h = 0; h < g->H; ++h)
-                for (int64_t w = 0; w < g->W; ++w)
-                    memset(q + (h * s[2] + w * s[3]) * (int64_t)es, 0, es);
-        }
+static double sum_run(const char *p, int64_t n, int64_t stride_b, size_t es) {
+    if (es == 4 && stride_b == 4) {
+        /* 16 float lanes (vectorisable), folded into double per run */
+        const ref_f32 *x = (const ref_f32 *)p;
+        float acc[16] = {0};
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            for (int l = 0; l < 16; ++l)
+                acc[l] += x[i + l];
+        double s = 0.0;
+        for (int l = 0; l < 16; ++l)
+            s += acc[l];
+        for (; i < n; ++i)
+            s += x[i];
+        return s;
+    }
+    double s = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+        s += es == 4 ? (double)*(const ref_f32 *)(p + i * stride_b) : *(const ref_f64 *)(p + i * stride_b);
+    return s;
 }
 
 /* convolution_backward(grad_output, input, weight, bias_sizes?, stride, padding,
@@ -456,59 +597,36 @@ REF_KERNEL(ref_k_convolution_backward) {
         return ref_fail(&a, "output_mask must have 3 entries, got %u", nmask);
     if (mask[0])
         REF_TRY(ref_get_tensor(&a, 11, "grad_input", &gx));
-    else
-        REF_TRY(ref_get_opt_tensor(&a, 11, "grad_input", &gx));
     if (mask[1])
         REF_TRY(ref_get_tensor(&a, 12, "grad_weight", &gw));
-    else
-        REF_TRY(ref_get_opt_tensor(&a, 12, "grad_weight", &gw));
     if (mask[2])
         REF_TRY(ref_get_tensor(&a, 13, "grad_bias", &gb));
-    else
-        REF_TRY(ref_get_opt_tensor(&a, 13, "grad_bias", &gb));
-    if (!mask[0])
-        gx = NULL;
-    if (!mask[1])
-        gw = NULL;
-    if (!mask[2])
-        gb = NULL;
     REF_TRY(parse_geom(&a, x, w, gy, 4, &g));
     if (gx && (!ref_same_sizes(gx, x) || gx->dtype != x->dtype))
         return ref_fail(&a, "grad_input must have the input's shape and dtype");
     if (gw && (!ref_same_sizes(gw, w) || gw->dtype != x->dtype))
         return ref_fail(&a, "grad_weight must have the weight's shape and dtype");
-    if (gb && (gb->ndim != 1 || gb->sizes[0] != g.O))
-        return ref_fail(&a, "grad_bias must be a 1-d tensor of %lld elements", (long long)g.O);
+    if (gb && (gb->ndim != 1 || gb->sizes[0] != g.O || !ref_is_floating(gb->dtype)))
+        return ref_fail(&a, "grad_bias must be a 1-d floating tensor of %lld elements",
+                        (long long)g.O);
     const size_t es = g.es;
+    const char *gyp = (const char *)ref_tensor_data(gy);
 
     /* grad_bias = sum of grad_output over N, H, W */
     if (gb) {
+        int plane = g.os[3] == 1 && (g.OH == 1 || g.os[2] == g.OW);
         for (int64_t o = 0; o < g.O; ++o) {
             double s = 0.0;
             for (int64_t n = 0; n < g.N; ++n) {
-                const char *p = (const char *)ref_tensor_data(gy) + (n * g.os[0] + o * g.os[1]) * (int64_t)es;
-                for (int64_t oh = 0; oh < g.OH; ++oh) {
-                    const char *q = p + oh * g.os[2] * (int64_t)es;
-                    if (es == 4) {
-                        double s0 = 0, s1 = 0;
-                        int64_t ow = 0;
-                        if (g.os[3] == 1) {
-                            const ref_f32 *r = (const ref_f32 *)q;
-                            for (; ow + 2 <= g.OW; ow += 2) {
-                                s0 += r[ow];
-                                s1 += r[ow + 1];
-                            }
-                        }
-                        for (; ow < g.OW; ++ow)
-                            s0 += *(const ref_f32 *)(q + ow * g.os[3] * 4);
-                        s += s0 + s1;
-                    } else {
-                        for (int64_t ow = 0; ow < g.OW; ++ow)
-                            s += *(const ref_f64 *)(q + ow * g.os[3] * 8);
-                    }
-                }
+                const char *p = gyp + (n * g.os[0] + o * g.os[1]) * (int64_t)es;
+                if (plane)
+                    s += sum_run(p, g.OHW, (int64_t)es, es);
+                else
+                    for (int64_t oh = 0; oh < g.OH; ++oh)
+                        s += sum_run(p + oh * g.os[2] * (int64_t)es, g.OW, g.os[3] * (int64_t)es, es);
             }
-            ref_store_f64((char *)ref_tensor_data(gb) + o * gb->strides[0] * (int64_t)ref_dtype_size(gb->dtype),
+            ref_store_f64((char *)ref_tensor_data(gb) +
+                              o * gb->strides[0] * (int64_t)ref_dtype_size(gb->dtype),
                           gb->dtype, s);
         }
     }
@@ -525,16 +643,40 @@ REF_KERNEL(ref_k_convolution_backward) {
             gxs[1] = gx->strides[1];
             gxs[3] = gx->strides[2];
         }
-        zero_strided4(&g, (char *)ref_tensor_data(gx), gxs, g.C);
+        /* zero grad_input */
+        char *p = (char *)ref_tensor_data(gx);
+        for (int64_t n = 0; n < g.N; ++n)
+            for (int64_t c = 0; c < g.C; ++c) {
+                char *q = p + (n * gxs[0] + c * gxs[1]) * (int64_t)es;
+                if (gxs[3] == 1 && (g.H == 1 || gxs[2] == g.W)) {
+                    zero_run(q, g.H * g.W, es);
+                    continue;
+                }
+                for (int64_t h = 0; h < g.H; ++h)
+                    for (int64_t ww = 0; ww < g.W; ++ww)
+                        memset(q + (h * gxs[2] + ww * gxs[3]) * (int64_t)es, 0, es);
+            }
     }
 
     fl_status st = FL_SUCCESS;
-    int64_t nb = chunk_size(&g);
-    char *wmat = NULL, *wown = NULL, *cols = NULL, *ybuf = NULL, *gwmat = NULL, *gwown = NULL;
-    REF_TRY(weight_matrix(&a, w, &g, &wmat, &wown));
-    cols = (char *)ref_alloc((size_t)(g.K * nb * g.OHW) * es);
-    ybuf = (char *)ref_alloc((size_t)(g.Og * nb * g.OHW) * es);
-    if (!cols || !ybuf) {
+    /* per chunk of nb samples, one slot per sample: cols [K, OHW], dcols
+     * [K, OHW], partial grad_weight [Og, K] (batched gemms, summed after),
+     * and grad_output [Og, OHW] when its planes can't be read in place */
+    const int64_t yld = plane_ld(&g, g.os, g.OH, g.OW, g.Og, gyp);
+    const int64_t nb = chunk_samples(&g, g.K > g.Og ? g.K : g.Og);
+    const int64_t cstride = g.K * g.OHW, ystride = g.Og * g.OHW, pstride = g.Og * g.K;
+    char *wmat = NULL, *cols = NULL, *ybuf = NULL, *part = NULL, *gwmat = NULL, *gwown = NULL;
+    if (gx && g.K > 0) {
+        wmat = pack_weight(w, NULL, &g, g.K);
+        if (!wmat) {
+            st = ref_fail(&a, "out of host memory for the weight");
+            goto done;
+        }
+    }
+    cols = (char *)ref_alloc((size_t)(nb * cstride) * es); /* im2col, then dcols */
+    ybuf = yld ? NULL : (char *)ref_alloc((size_t)(nb * ystride) * es);
+    part = gw ? (char *)ref_alloc((size_t)(nb * pstride) * es) : NULL;
+    if (!cols || (!yld && !ybuf) || (gw && !part)) {
         st = ref_fail(&a, "out of host memory for convolution buffers");
         goto done;
     }
@@ -549,28 +691,53 @@ REF_KERNEL(ref_k_convolution_backward) {
             }
             gwmat = gwown;
         }
-        if (g.N == 0 || g.OHW == 0)
-            memset(gwmat, 0, (size_t)(g.O * g.K) * es);
+        zero_run(gwmat, g.O * g.K, es);
     }
-    for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
-        int64_t nc = g.N - n0 < nb ? g.N - n0 : nb;
-        int64_t ncols = nc * g.OHW;
+    const char *xp = (const char *)ref_tensor_data(x);
+    for (int64_t n0 = 0; n0 < g.N && g.K > 0; n0 += nb) {
+        const int64_t nc = g.N - n0 < nb ? g.N - n0 : nb;
         for (int64_t grp = 0; grp < g.G; ++grp) {
-            gather_y(&g, (const char *)ref_tensor_data(gy), n0, nc, grp, ybuf);
-            if (gw && g.K > 0) {
-                im2col(&g, (const char *)ref_tensor_data(x), n0, nc, grp, cols);
-                st = ref_gemm(&a, x->dtype, 0, 1, g.Og, g.K, ncols, 1.0, ybuf, ncols, cols, ncols,
-                              n0 == 0 ? 0.0 : 1.0, gwmat + (size_t)(grp * g.Og * g.K) * es, g.K);
-                if (st != FL_SUCCESS)
-                    goto done;
+            const char *Y;
+            int64_t ldy, sy;
+            if (yld) {
+                Y = gyp + (n0 * g.os[0] + grp * g.Og * g.os[1]) * (int64_t)es;
+                ldy = yld;
+                sy = g.os[0];
+            } else {
+                for (int64_t nl = 0; nl < nc; ++nl)
+                    gather_y(&g, gyp, n0 + nl, grp, ybuf + (size_t)(nl * ystride) * es, g.OHW);
+                Y = ybuf;
+                ldy = g.OHW;
+                sy = ystride;
             }
-            if (gx && g.K > 0) {
-                st = ref_gemm(&a, x->dtype, 1, 0, g.K, ncols, g.Og, 1.0,
-                              wmat + (size_t)(grp * g.Og * g.K) * es, g.K, ybuf, ncols, 0.0, cols,
-                              ncols);
+            if (gw) {
+                for (int64_t nl = 0; nl < nc; ++nl)
+                    im2col(&g, xp, n0 + nl, grp, cols + (size_t)(nl * cstride) * es, g.OHW);
+                st = ref_gemm_batch(&a, x->dtype, 0, 1, g.Og, g.K, g.OHW, 1.0, Y, ldy, sy, cols,
+                                    g.OHW, cstride, 0.0, part, g.K, pstride, nc);
                 if (st != FL_SUCCESS)
                     goto done;
-                col2im_add(&g, (char *)ref_tensor_data(gx), gxs, n0, nc, grp, cols);
+                /* add the per-sample partials into grad_weight, in sample order */
+                char *dst = gwmat + (size_t)(grp * g.Og * g.K) * es;
+                for (int64_t nl = 0; nl < nc; ++nl) {
+                    const char *src = part + (size_t)(nl * pstride) * es;
+                    if (es == 4)
+                        for (int64_t e = 0; e < pstride; ++e)
+                            ((ref_f32 *)dst)[e] += ((const float *)(const void *)src)[e];
+                    else
+                        for (int64_t e = 0; e < pstride; ++e)
+                            ((ref_f64 *)dst)[e] += ((const double *)(const void *)src)[e];
+                }
+            }
+            if (gx) {
+                st = ref_gemm_batch(&a, x->dtype, 1, 0, g.K, g.OHW, g.Og, 1.0,
+                                    wmat + (size_t)(grp * g.Og * g.K) * es, g.K, 0, Y, ldy, sy,
+                                    0.0, cols, g.OHW, cstride, nc);
+                if (st != FL_SUCCESS)
+                    goto done;
+                for (int64_t nl = 0; nl < nc; ++nl)
+                    col2im_add(&g, (char *)ref_tensor_data(gx), gxs, n0 + nl, grp,
+                               cols + (size_t)(nl * cstride) * es);
             }
         }
     }
@@ -592,9 +759,10 @@ REF_KERNEL(ref_k_convolution_backward) {
         }
     }
 done:
-    ref_free(wown);
+    ref_free(wmat);
     ref_free(gwown);
     ref_free(cols);
+    ref_free(part);
     ref_free(ybuf);
     return st;
 }

@@ -14,6 +14,79 @@ static void copy_row(char **p, const int64_t *st, int64_t n, void *vc) {
     ref_convert(p[0], c->ddt, st[0], p[1], c->sdt, st[1], n);
 }
 
+/*
+ * Transposing copies (dst contiguous along its inner dim, src contiguous
+ * along another one, e.g. x.t().contiguous()) walk one side with a large
+ * stride; copying 8x8 tiles keeps both sides in cache (larger tiles
+ * thrash L1 sets when the large stride is a power of two).
+ */
+#define TILE 8
+/* same-dtype tile: dst contiguous along j, src contiguous along i */
+#define TILE_LOOP(TU)                                                              \
+    do {                                                                           \
+        const int64_t dti = st[0][t] / des, sj = st[1][in] / ses;                  \
+        TU *D = (TU *)dt_;                                                         \
+        const TU *S = (const TU *)st_;                                             \
+        for (int64_t i = 0; i < ni; ++i)                                           \
+            for (int64_t j = 0; j < nj; ++j)                                       \
+                D[i * dti + j] = S[i + j * sj];                                    \
+    } while (0)
+static int copy_tiled(int ndim, const int64_t *sizes, char *const *ptrs,
+                      int64_t strides[][REF_MAX_DIMS], const copy_ctx *c) {
+    int64_t sz[REF_MAX_DIMS], st[2][REF_MAX_DIMS];
+    int nd = ref_simplify_dims(ndim, sizes, 2, strides, 0, sz, st);
+    if (nd < 2)
+        return 0;
+    const int64_t des = (int64_t)ref_dtype_size(c->ddt), ses = (int64_t)ref_dtype_size(c->sdt);
+    const int in = nd - 1;
+    if (st[0][in] != des || st[1][in] == ses || sz[in] < TILE)
+        return 0;
+    int t = -1;
+    for (int d = in - 1; d >= 0; --d)
+        if (st[1][d] == ses && sz[d] >= TILE) {
+            t = d;
+            break;
+        }
+    if (t < 0)
+        return 0;
+    /* iterate every dim but t and in; tile (t, in) */
+    int64_t idx[REF_MAX_DIMS] = {0};
+    for (;;) {
+        char *d0 = ptrs[0], *s0 = ptrs[1];
+        for (int d = 0; d < nd; ++d) {
+            d0 += idx[d] * st[0][d];
+            s0 += idx[d] * st[1][d];
+        }
+        for (int64_t i0 = 0; i0 < sz[t]; i0 += TILE) {
+            int64_t ni = sz[t] - i0 < TILE ? sz[t] - i0 : TILE;
+            for (int64_t j0 = 0; j0 < sz[in]; j0 += TILE) {
+                int64_t nj = sz[in] - j0 < TILE ? sz[in] - j0 : TILE;
+                char *dt_ = d0 + i0 * st[0][t] + j0 * st[0][in];
+                const char *st_ = s0 + i0 * st[1][t] + j0 * st[1][in];
+                if (c->ddt == c->sdt && des == 4)
+                    TILE_LOOP(ref_i32);
+                else if (c->ddt == c->sdt && des == 8)
+                    TILE_LOOP(ref_i64);
+                else
+                    for (int64_t i = 0; i < ni; ++i)
+                        ref_convert(dt_ + i * st[0][t], c->ddt, st[0][in], st_ + i * st[1][t],
+                                    c->sdt, st[1][in], nj);
+            }
+        }
+        int d = nd - 1;
+        for (; d >= 0; --d) {
+            if (d == t || d == in)
+                continue;
+            if (++idx[d] < sz[d])
+                break;
+            idx[d] = 0;
+        }
+        if (d < 0)
+            break;
+    }
+    return 1;
+}
+
 typedef struct fill_ctx {
     size_t es;
     unsigned char pattern[8];
@@ -155,7 +228,8 @@ REF_KERNEL(ref_k_copy_) {
     }
     char *ptrs[2] = {(char *)ref_tensor_data(dst), (char *)ref_tensor_data(s)};
     copy_ctx c = {dst->dtype, s->dtype};
-    ref_for_each_row(nd, dst->sizes, 2, ptrs, strides, 0, copy_row, &c);
+    if (!copy_tiled(nd, dst->sizes, ptrs, strides, &c))
+        ref_for_each_row(nd, dst->sizes, 2, ptrs, strides, 0, copy_row, &c);
     ref_free(tmp);
     return FL_SUCCESS;
 }

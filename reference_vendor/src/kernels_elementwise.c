@@ -40,7 +40,8 @@ typedef struct ew_params {
 /* ---- loop templates ------------------------------------------------------- */
 
 #define EW_LOOP1(NAME, TT, TU, OTT, OTU, SETUP, EXPR)                               \
-    static void NAME(char **data, const int64_t *st, int64_t n, const void *pp) {  \
+    static void NAME(char **data, const int64_t *st_, int64_t n, const void *pp) { \
+        const int64_t st[2] = {st_[0], st_[1]}; /* locals: element stores may alias */ \
         typedef TT T;                                                              \
         typedef OTT OT;                                                            \
         const ew_params *P = (const ew_params *)pp;                                \
@@ -64,7 +65,8 @@ typedef struct ew_params {
     }
 
 #define EW_LOOP2(NAME, TT, TU, OTT, OTU, SETUP, EXPR)                               \
-    static void NAME(char **data, const int64_t *st, int64_t n, const void *pp) {  \
+    static void NAME(char **data, const int64_t *st_, int64_t n, const void *pp) { \
+        const int64_t st[3] = {st_[0], st_[1], st_[2]}; /* locals: element stores may alias */ \
         typedef TT T;                                                              \
         typedef OTT OT;                                                            \
         const ew_params *P = (const ew_params *)pp;                                \
@@ -107,7 +109,8 @@ typedef struct ew_params {
 
 /* three inputs of type T (c is the third) */
 #define EW_LOOP3(NAME, TT, TU, SETUP, EXPR)                                          \
-    static void NAME(char **data, const int64_t *st, int64_t n, const void *pp) {  \
+    static void NAME(char **data, const int64_t *st_, int64_t n, const void *pp) { \
+        const int64_t st[4] = {st_[0], st_[1], st_[2], st_[3]}; /* locals: element stores may alias */ \
         typedef TT T;                                                              \
         const ew_params *P = (const ew_params *)pp;                                \
         (void)P;                                                                   \
@@ -134,7 +137,8 @@ typedef struct ew_params {
 
 /* where: cond (bool byte), b and c of type T */
 #define EW_WHERE(NAME, T, TU)                                                      \
-    static void NAME(char **data, const int64_t *st, int64_t n, const void *pp) {  \
+    static void NAME(char **data, const int64_t *st_, int64_t n, const void *pp) { \
+        const int64_t st[4] = {st_[0], st_[1], st_[2], st_[3]}; /* locals: element stores may alias */ \
         (void)pp;                                                                  \
         char *o_ = data[0];                                                        \
         const char *a_ = data[1], *b_ = data[2], *c_ = data[3];                    \
@@ -145,6 +149,20 @@ typedef struct ew_params {
             const TU *bp = (const TU *)b_, *cp = (const TU *)c_;                   \
             for (int64_t i = 0; i < n; ++i)                                        \
                 o[i] = ap[i] ? bp[i] : cp[i];                                      \
+        } else if (st[0] == s && st[1] == 1 && st[2] == s && st[3] == 0) {         \
+            TU *o = (TU *)o_;                                                      \
+            const ref_u8 *ap = (const ref_u8 *)a_;                                 \
+            const TU *bp = (const TU *)b_;                                         \
+            const T c = *(const TU *)c_;                                           \
+            for (int64_t i = 0; i < n; ++i)                                        \
+                o[i] = ap[i] ? bp[i] : c;                                          \
+        } else if (st[0] == s && st[1] == 1 && st[2] == 0 && st[3] == s) {         \
+            TU *o = (TU *)o_;                                                      \
+            const ref_u8 *ap = (const ref_u8 *)a_;                                 \
+            const TU *cp = (const TU *)c_;                                         \
+            const T b = *(const TU *)b_;                                           \
+            for (int64_t i = 0; i < n; ++i)                                        \
+                o[i] = ap[i] ? b : cp[i];                                          \
         } else {                                                                   \
             for (int64_t i = 0; i < n; ++i) {                                      \
                 uint8_t a = *(const ref_u8 *)(a_ + i * st[1]);                     \
@@ -214,12 +232,26 @@ DEF1_F(l_neg, NOSETUP, -a)
 DEF1_I(l_neg, NOSETUP, ISUB(0, a))
 DEF1_F(l_abs, NOSETUP, G1(fabs, a))
 DEF1_I(l_abs, NOSETUP, a < 0 ? ISUB(0, a) : a)
-DEF1_F(l_exp, NOSETUP, G1(exp, a))
-DEF1_F(l_log, NOSETUP, G1(log, a))
+/* float32 exp / sigmoid / tanh use the vectorisable ref_expf; float64 libm */
+static inline float tanh_f32(float x) {
+    float ax = x < 0 ? -x : x;
+    float z = x * x;
+    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
+                    1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+    float t = ref_expf(2.0f * ax);
+    float big = 1.0f - 2.0f / (t + 1.0f);
+    big = x < 0 ? -big : big;
+    return ax < 0.625f ? small : (x != x ? x : big);
+}
+#define EXP_(T, a) _Generic((T)0, float: ref_expf, default: exp)(a)
+#define TANH_(T, a) _Generic((T)0, float: tanh_f32, default: tanh)(a)
+DEF1_F(l_exp, NOSETUP, EXP_(T, a))
+#define LOG_(T, a) _Generic((T)0, float: ref_logf, default: log)(a)
+DEF1_F(l_log, NOSETUP, LOG_(T, a))
 DEF1_F(l_rsqrt, NOSETUP, (T)1 / G1(sqrt, a))
 DEF1_F(l_reciprocal, NOSETUP, (T)1 / a)
-DEF1_F(l_sigmoid, NOSETUP, (T)1 / ((T)1 + G1(exp, -a)))
-DEF1_F(l_tanh, NOSETUP, G1(tanh, a))
+DEF1_F(l_sigmoid, NOSETUP, (T)1 / ((T)1 + EXP_(T, -a)))
+DEF1_F(l_tanh, NOSETUP, TANH_(T, a))
 DEF1_F(l_relu, NOSETUP, a < 0 ? (T)0 : a)
 DEF1_I(l_relu, NOSETUP, a < 0 ? (T)0 : a)
 EW_LOOP1(l_sqrt_f64, double, ref_f64, double, ref_f64, NOSETUP, sqrt(a))
@@ -269,23 +301,13 @@ static inline int64_t ipow(int64_t b, int64_t e) {
 }
 DEF1_I(l_pow, const T e = PARAM(T, 0);, ipow(a, e))
 
-/* clamp: NaN input stays NaN; NaN bound gives NaN */
-DEF1_F(l_clamp_min, const T lo = PARAM(T, 0);, (a != a) ? a : (a >= lo ? a : lo))
-DEF1_F(l_clamp_max, const T hi = PARAM(T, 1);, (a != a) ? a : (a <= hi ? a : hi))
-static inline float clamp_f32(float a, float lo, float hi) {
-    if (a != a)
-        return a;
-    float r = a >= lo ? a : lo; /* NaN lo -> NaN */
-    return (r != r || r <= hi) ? r : hi; /* NaN hi -> NaN */
-}
-static inline double clamp_f64(double a, double lo, double hi) {
-    if (a != a)
-        return a;
-    double r = a >= lo ? a : lo;
-    return (r != r || r <= hi) ? r : hi;
-}
+/* clamp: a NaN input stays NaN (the comparisons are false); a NaN bound
+ * makes every element NaN, handled by the driver with l_nan */
+DEF1_F(l_clamp_min, const T lo = PARAM(T, 0);, a < lo ? lo : a)
+DEF1_F(l_clamp_max, const T hi = PARAM(T, 1);, a > hi ? hi : a)
 DEF1_F(l_clamp_both, const T lo = PARAM(T, 0); const T hi = PARAM(T, 1);,
-       _Generic((T)0, float: clamp_f32, default: clamp_f64)(a, lo, hi))
+       (a < lo ? lo : a) > hi ? hi : (a < lo ? lo : a))
+DEF1_F(l_nan, NOSETUP, ((void)a, (T)NAN))
 DEF1_I(l_clamp_min, const T lo = PARAM(T, 0);, a < lo ? lo : a)
 DEF1_I(l_clamp_max, const T hi = PARAM(T, 1);, a > hi ? hi : a)
 DEF1_I(l_clamp_both, const T lo = PARAM(T, 0); const T hi = PARAM(T, 1);,
@@ -657,6 +679,9 @@ static fl_status clamp_impl(const char *op, const fl_arg *args, uint32_t nargs,
     ew_loops loops = has_min && has_max ? LOOPS_FI(l_clamp_both)
                      : has_min          ? LOOPS_FI(l_clamp_min)
                                         : LOOPS_FI(l_clamp_max);
+    if ((has_min && lo.kind == FL_ARG_FLOAT && lo.f != lo.f) ||
+        (has_max && hi.kind == FL_ARG_FLOAT && hi.f != hi.f))
+        loops = (ew_loops){l_nan_f32, l_nan_f64, NULL}; /* NaN bound: all NaN */
     return run_ew(&a, loops, EW_NO_BOOL, &c);
 }
 REF_KERNEL(ref_k_clamp) { return clamp_impl("clamp", args, nargs, ctx); }

@@ -76,14 +76,113 @@ typedef struct sm_ctx {
         }                                                                                 \
     }
 
-SM_ROW(sm_row_f32, float, ref_f32, expf, logf)
+SM_ROW(sm_row_f32, float, ref_f32, ref_expf, ref_logf)
 SM_ROW(sm_row_f64, double, ref_f64, exp, log)
+
+/* float32 rows contiguous along dim: 16 float lanes per pass (the loops
+ * vectorise), lane sums of at most 64 terms folded into double per block */
+#define LANES 16
+#define LANE_BLOCK 1024
+
+static float lanes_max(const ref_f32 *x, int64_t L) { /* NaN if any NaN */
+    float mx[LANES], nan[LANES];
+    for (int l = 0; l < LANES; ++l) {
+        mx[l] = -INFINITY;
+        nan[l] = 0.0f;
+    }
+    int64_t i = 0;
+    for (; i + LANES <= L; i += LANES)
+        for (int l = 0; l < LANES; ++l) {
+            float v = x[i + l];
+            mx[l] = v > mx[l] ? v : mx[l];
+            nan[l] = v != v ? v : nan[l];
+        }
+    float m = -INFINITY, anynan = 0.0f;
+    for (int l = 0; l < LANES; ++l) {
+        m = mx[l] > m ? mx[l] : m;
+        anynan = nan[l] != nan[l] ? nan[l] : anynan;
+    }
+    for (; i < L; ++i) {
+        float v = x[i];
+        m = v > m ? v : m;
+        anynan = v != v ? v : anynan;
+    }
+    return anynan != anynan ? anynan : m;
+}
+
+/* sum over i of f(i), f vectorisable, in float lanes per block, blocks in double */
+#define LANES_SUM(L, EXPR_OF_I)                                                   \
+    ({                                                                            \
+        double total_ = 0.0;                                                      \
+        int64_t i = 0;                                                            \
+        while (i + LANES <= (L)) {                                                \
+            float acc_[LANES] = {0};                                              \
+            int64_t end_ = i + LANE_BLOCK <= (L) ? i + LANE_BLOCK                 \
+                                                 : (L) - ((L) - i) % LANES;       \
+            for (; i < end_; i += LANES)                                          \
+                for (int l_ = 0; l_ < LANES; ++l_) {                              \
+                    int64_t j_ = i + l_;                                          \
+                    acc_[l_] += (EXPR_OF_I(j_));                                  \
+                }                                                                 \
+            double b_ = 0.0;                                                      \
+            for (int l_ = 0; l_ < LANES; ++l_)                                    \
+                b_ += acc_[l_];                                                   \
+            total_ += b_;                                                         \
+        }                                                                         \
+        for (; i < (L); ++i)                                                      \
+            total_ += (EXPR_OF_I(i));                                             \
+        total_;                                                                   \
+    })
+
+static void sm_row_f32_contig(int mode, int64_t L, char *const *p) {
+    if (mode == SM_SOFTMAX || mode == SM_LOG_SOFTMAX) {
+        const ref_f32 *x = (const ref_f32 *)p[1];
+        ref_f32 *y = (ref_f32 *)p[0];
+        const float m = lanes_max(x, L);
+#define EXPM(j) ref_expf(x[j] - m)
+        if (mode == SM_LOG_SOFTMAX) {
+            const float ls = ref_logf((float)LANES_SUM(L, EXPM));
+            for (int64_t i = 0; i < L; ++i)
+                y[i] = x[i] - m - ls;
+        } else {
+            for (int64_t i = 0; i < L; ++i)
+                y[i] = ref_expf(x[i] - m);
+#define YI(j) y[j]
+            const float inv = (float)(1.0 / LANES_SUM(L, YI));
+            for (int64_t i = 0; i < L; ++i)
+                y[i] *= inv;
+        }
+    } else {
+        ref_f32 *gi = (ref_f32 *)p[0];
+        const ref_f32 *go = (const ref_f32 *)p[1], *out = (const ref_f32 *)p[2];
+        if (mode == SM_LOG_SOFTMAX_BW) {
+#define GOI(j) go[j]
+            const float s = (float)LANES_SUM(L, GOI);
+            for (int64_t i = 0; i < L; ++i)
+                gi[i] = go[i] - ref_expf(out[i]) * s;
+        } else {
+#define GOOUT(j) (go[j] * out[j])
+            const float s = (float)LANES_SUM(L, GOOUT);
+            for (int64_t i = 0; i < L; ++i)
+                gi[i] = out[i] * (go[i] - s);
+        }
+    }
+#undef EXPM
+#undef YI
+#undef GOI
+#undef GOOUT
+}
 
 static void sm_rows(char **p, const int64_t *st, int64_t n, void *vc) {
     const sm_ctx *c = (const sm_ctx *)vc;
+    const int fwd = c->mode == SM_SOFTMAX || c->mode == SM_LOG_SOFTMAX;
+    const int contig = c->dt == FL_FLOAT32 && c->ds[0] == 4 && c->ds[1] == 4 &&
+                       (fwd || c->ds[2] == 4);
     for (int64_t i = 0; i < n; ++i) {
         char *q[3] = {p[0] + i * st[0], p[1] + i * st[1], p[2] + i * st[2]};
-        if (c->dt == FL_FLOAT32)
+        if (contig)
+            sm_row_f32_contig(c->mode, c->len, q);
+        else if (c->dt == FL_FLOAT32)
             sm_row_f32(c, q);
         else
             sm_row_f64(c, q);

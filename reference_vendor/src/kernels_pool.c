@@ -9,6 +9,7 @@
 
 #include "kernel_util.h"
 
+
 typedef struct pool_geom {
     int64_t N, C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW;
     int64_t is[4], os[4], xs[4]; /* element strides: input, output, indices */
@@ -102,43 +103,159 @@ static fl_status index_strides(const ref_args *a, const fl_tensor *ind, const fl
     return FL_SUCCESS;
 }
 
+/*
+ * For each output row the window positions are visited in the same raster
+ * order as PyTorch's loop (ih, then iw ascending), but with the output column
+ * innermost: the running max / argmax of a whole row is updated with
+ * branch-free selects the compiler vectorises (a per-window loop with
+ * data-dependent branches mispredicts on real activations).
+ * mv / mi: scratch for OW values / indices.
+ */
 #define POOL_FWD(NAME, T, TU)                                                              \
-    static void NAME(const pool_geom *g, const char *x, char *y, char *ind) {              \
-        for (int64_t n = 0; n < g->N; ++n)                                                 \
-            for (int64_t c = 0; c < g->C; ++c) {                                           \
-                const TU *ip = (const TU *)x + n * g->is[0] + c * g->is[1];                \
-                TU *op = (TU *)y + n * g->os[0] + c * g->os[1];                            \
-                ref_i64 *xp = (ref_i64 *)ind + n * g->xs[0] + c * g->xs[1];                \
-                for (int64_t oh = 0; oh < g->OH; ++oh) {                                   \
-                    int64_t ih0 = oh * g->SH - g->PH;                                      \
-                    int64_t ih1 = ih0 + (g->KH - 1) * g->DH + 1;                           \
-                    if (ih1 > g->H)                                                        \
-                        ih1 = g->H;                                                        \
+    static void NAME(const pool_geom *gp, const char *x, char *y, char *ind, T *mv,        \
+                     int64_t *mi) {                                                        \
+        const pool_geom g = *gp; /* locals: element stores may alias */                    \
+        for (int64_t n = 0; n < g.N; ++n)                                                  \
+            for (int64_t c = 0; c < g.C; ++c) {                                            \
+                const TU *ip = (const TU *)x + n * g.is[0] + c * g.is[1];                  \
+                TU *op = (TU *)y + n * g.os[0] + c * g.os[1];                              \
+                ref_i64 *xp = (ref_i64 *)ind + n * g.xs[0] + c * g.xs[1];                  \
+                for (int64_t oh = 0; oh < g.OH; ++oh) {                                    \
+                    int64_t ih0 = oh * g.SH - g.PH;                                        \
+                    int64_t ih1 = ih0 + (g.KH - 1) * g.DH + 1;                             \
+                    if (ih1 > g.H)                                                         \
+                        ih1 = g.H;                                                         \
                     while (ih0 < 0)                                                        \
-                        ih0 += g->DH;                                                      \
-                    for (int64_t ow = 0; ow < g->OW; ++ow) {                               \
-                        int64_t iw0 = ow * g->SW - g->PW;                                  \
-                        int64_t iw1 = iw0 + (g->KW - 1) * g->DW + 1;                       \
-                        if (iw1 > g->W)                                                    \
-                            iw1 = g->W;                                                    \
+                        ih0 += g.DH;                                                       \
+                    for (int64_t ow = 0; ow < g.OW; ++ow) {                                \
+                        int64_t iw0 = ow * g.SW - g.PW;                                    \
                         while (iw0 < 0)                                                    \
-                            iw0 += g->DW;                                                  \
-                        int64_t maxidx = ih0 * g->W + iw0;                                 \
-                        T maxval = -(T)INFINITY;                                           \
-                        for (int64_t ih = ih0; ih < ih1; ih += g->DH)                      \
-                            for (int64_t iw = iw0; iw < iw1; iw += g->DW) {                \
-                                T v = ip[ih * g->is[2] + iw * g->is[3]];                   \
-                                if (v > maxval || v != v) {                                \
-                                    maxval = v;                                            \
-                                    maxidx = ih * g->W + iw;                               \
-                                }                                                          \
+                            iw0 += g.DW;                                                   \
+                        mv[ow] = -(T)INFINITY;                                             \
+                        mi[ow] = ih0 * g.W + iw0;                                          \
+                    }                                                                      \
+                    for (int64_t ih = ih0; ih < ih1; ih += g.DH) {                         \
+                        const TU *row = ip + ih * g.is[2];                                 \
+                        for (int64_t kj = 0; kj < g.KW; ++kj) {                            \
+                            const int64_t off = kj * g.DW - g.PW; /* iw = ow*SW + off */   \
+                            int64_t lo = off >= 0 ? 0 : (-off + g.SW - 1) / g.SW;          \
+                            int64_t hi = g.W - off <= 0 ? 0 : (g.W - off + g.SW - 1) / g.SW; \
+                            if (hi > g.OW)                                                 \
+                                hi = g.OW;                                                 \
+                            const int64_t sw = g.SW * g.is[3], base = ih * g.W + off;      \
+                            const TU *r = row + off * g.is[3];                             \
+                            for (int64_t ow = lo; ow < hi; ++ow) {                         \
+                                T v = r[ow * sw];                                          \
+                                T m = mv[ow];                                              \
+                                int take = (v > m) | (v != v);                             \
+                                mv[ow] = take ? v : m;                                     \
+                                mi[ow] = take ? base + ow * g.SW : mi[ow];                 \
                             }                                                              \
-                        op[oh * g->os[2] + ow * g->os[3]] = maxval;                        \
-                        xp[oh * g->xs[2] + ow * g->xs[3]] = maxidx;                        \
+                        }                                                                  \
+                    }                                                                      \
+                    for (int64_t ow = 0; ow < g.OW; ++ow) {                                \
+                        op[oh * g.os[2] + ow * g.os[3]] = mv[ow];                          \
+                        xp[oh * g.xs[2] + ow * g.xs[3]] = mi[ow];                          \
                     }                                                                      \
                 }                                                                          \
             }                                                                              \
     }
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+/*
+ * float32 2x2 / stride 2 / no padding / no dilation with unit inner strides,
+ * 8 outputs per step (masked loads/stores for the row tail).  Same raster
+ * order and NaN rule as the generic loop: take v if v > max or v is NaN.
+ */
+static inline __m256 pool_take(__m256 v, __m256 m) {
+    return _mm256_or_ps(_mm256_cmp_ps(v, m, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+
+/* even / odd elements of 16 consecutive floats, in order */
+static inline void deinterleave(__m256 x0, __m256 x1, __m256 *even, __m256 *odd) {
+    __m256 e = _mm256_shuffle_ps(x0, x1, 0x88), o = _mm256_shuffle_ps(x0, x1, 0xDD);
+    *even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8));
+    *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8));
+}
+
+static void pool2x2_row_f32(const float *r0, const float *r1, float *o, int64_t *xi, int64_t n,
+                            int32_t i0, int32_t W) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i kW = _mm256_set1_epi32(W), kW1 = _mm256_set1_epi32(W + 1);
+    const __m256i one = _mm256_set1_epi32(1);
+    for (int64_t ow = 0; ow < n; ow += 8) {
+        int64_t rem = n - ow;
+        __m256 x0, x1, y0, y1;
+        __m256i m0 = _mm256_setzero_si256(), m1 = m0, mo = m0;
+        if (rem >= 8) {
+            x0 = _mm256_loadu_ps(r0 + 2 * ow);
+            x1 = _mm256_loadu_ps(r0 + 2 * ow + 8);
+            y0 = _mm256_loadu_ps(r1 + 2 * ow);
+            y1 = _mm256_loadu_ps(r1 + 2 * ow + 8);
+        } else {
+            __m256i two_rem = _mm256_set1_epi32((int)(2 * rem));
+            m0 = _mm256_cmpgt_epi32(two_rem, lane);
+            m1 = _mm256_cmpgt_epi32(two_rem, _mm256_add_epi32(lane, _mm256_set1_epi32(8)));
+            mo = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rem), lane);
+            x0 = _mm256_maskload_ps(r0 + 2 * ow, m0);
+            x1 = _mm256_maskload_ps(r0 + 2 * ow + 8, m1);
+            y0 = _mm256_maskload_ps(r1 + 2 * ow, m0);
+            y1 = _mm256_maskload_ps(r1 + 2 * ow + 8, m1);
+        }
+        __m256 a, b, c, d;
+        deinterleave(x0, x1, &a, &b);
+        deinterleave(y0, y1, &c, &d);
+        __m256 m = a, t;
+        __m256i k = _mm256_setzero_si256();
+        t = pool_take(b, m);
+        m = _mm256_blendv_ps(m, b, t);
+        k = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(k), _mm256_castsi256_ps(one), t));
+        t = pool_take(c, m);
+        m = _mm256_blendv_ps(m, c, t);
+        k = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(k), _mm256_castsi256_ps(kW), t));
+        t = pool_take(d, m);
+        m = _mm256_blendv_ps(m, d, t);
+        k = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(k), _mm256_castsi256_ps(kW1), t));
+        /* index = i0 + 2 * (ow + lane) + k */
+        __m256i idx = _mm256_add_epi32(
+            _mm256_set1_epi32(i0 + (int32_t)(2 * ow)),
+            _mm256_add_epi32(_mm256_add_epi32(lane, lane), k));
+        __m256i lo = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(idx));
+        __m256i hi = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(idx, 1));
+        if (rem >= 8) {
+            _mm256_storeu_ps(o + ow, m);
+            _mm256_storeu_si256((__m256i *)(void *)(xi + ow), lo);
+            _mm256_storeu_si256((__m256i *)(void *)(xi + ow + 4), hi);
+        } else {
+            _mm256_maskstore_ps(o + ow, mo, m);
+            __m256i ml = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(mo));
+            __m256i mh = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(mo, 1));
+            _mm256_maskstore_epi64((long long *)(void *)(xi + ow), ml, lo);
+            _mm256_maskstore_epi64((long long *)(void *)(xi + ow + 4), mh, hi);
+        }
+    }
+}
+
+static int pool2x2_f32(const pool_geom *gp, const char *x, char *y, char *ind) {
+    const pool_geom g = *gp;
+    if (!(g.KH == 2 && g.KW == 2 && g.SH == 2 && g.SW == 2 && g.PH == 0 && g.PW == 0 &&
+          g.DH == 1 && g.DW == 1 && g.is[3] == 1 && g.os[3] == 1 && g.xs[3] == 1 &&
+          2 * g.OH <= g.H && 2 * g.OW <= g.W && g.H * g.W < ((int64_t)1 << 30)))
+        return 0;
+    for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t c = 0; c < g.C; ++c) {
+            const float *ip = (const float *)(const void *)x + n * g.is[0] + c * g.is[1];
+            float *op = (float *)(void *)y + n * g.os[0] + c * g.os[1];
+            int64_t *xp = (int64_t *)(void *)ind + n * g.xs[0] + c * g.xs[1];
+            for (int64_t oh = 0; oh < g.OH; ++oh)
+                pool2x2_row_f32(ip + 2 * oh * g.is[2], ip + (2 * oh + 1) * g.is[2],
+                                op + oh * g.os[2], xp + oh * g.xs[2], g.OW,
+                                (int32_t)(2 * oh * g.W), (int32_t)g.W);
+        }
+    return 1;
+}
+#endif
 
 POOL_FWD(pool_fwd_f32, float, ref_f32)
 POOL_FWD(pool_fwd_f64, double, ref_f64)
@@ -159,31 +276,52 @@ REF_KERNEL(ref_k_max_pool2d_with_indices) {
     if (y->dtype != x->dtype)
         return ref_fail(&a, "output dtype %s differs from input dtype %s",
                         ref_dtype_name(y->dtype), ref_dtype_name(x->dtype));
+    void *mv = ref_alloc((size_t)g.OW * 8), *mi = ref_alloc((size_t)g.OW * 8);
+    if (!mv || !mi) {
+        ref_free(mv);
+        ref_free(mi);
+        return ref_fail(&a, "out of host memory");
+    }
+#if defined(__AVX2__)
+    if (x->dtype == FL_FLOAT32 &&
+        pool2x2_f32(&g, ref_tensor_data(x), ref_tensor_data(y), ref_tensor_data(ind))) {
+        ref_free(mv);
+        ref_free(mi);
+        return FL_SUCCESS;
+    }
+#endif
     if (x->dtype == FL_FLOAT32)
-        pool_fwd_f32(&g, ref_tensor_data(x), ref_tensor_data(y), ref_tensor_data(ind));
+        pool_fwd_f32(&g, ref_tensor_data(x), ref_tensor_data(y), ref_tensor_data(ind),
+                     (float *)mv, (int64_t *)mi);
     else
-        pool_fwd_f64(&g, ref_tensor_data(x), ref_tensor_data(y), ref_tensor_data(ind));
+        pool_fwd_f64(&g, ref_tensor_data(x), ref_tensor_data(y), ref_tensor_data(ind),
+                     (double *)mv, (int64_t *)mi);
+    ref_free(mv);
+    ref_free(mi);
     return FL_SUCCESS;
 }
 
-#define POOL_BWD(NAME, T, TU)                                                             \
-    static int NAME(const pool_geom *g, const int64_t *gs, const char *gy,                 \
+#define POOL_BWD(NAME, T, TU)                                                              \
+    static int NAME(const pool_geom *gp, const int64_t *gsp, const char *gy,               \
                     const char *ind, char *gx, int64_t *bad) {                             \
-        const int64_t HW = g->H * g->W;                                                    \
-        for (int64_t n = 0; n < g->N; ++n)                                                 \
-            for (int64_t c = 0; c < g->C; ++c) {                                           \
-                const TU *gp = (const TU *)gy + n * g->os[0] + c * g->os[1];               \
-                const ref_i64 *xp = (const ref_i64 *)ind + n * g->xs[0] + c * g->xs[1];    \
+        const pool_geom g = *gp;                                                           \
+        const int64_t gs[4] = {gsp[0], gsp[1], gsp[2], gsp[3]};                            \
+        const int64_t HW = g.H * g.W;                                                      \
+        const int plane = gs[3] == 1 && gs[2] == g.W; /* flat index is the offset */       \
+        for (int64_t n = 0; n < g.N; ++n)                                                  \
+            for (int64_t c = 0; c < g.C; ++c) {                                            \
+                const TU *gp_ = (const TU *)gy + n * g.os[0] + c * g.os[1];                \
+                const ref_i64 *xp = (const ref_i64 *)ind + n * g.xs[0] + c * g.xs[1];      \
                 TU *dp = (TU *)gx + n * gs[0] + c * gs[1];                                 \
-                for (int64_t oh = 0; oh < g->OH; ++oh)                                     \
-                    for (int64_t ow = 0; ow < g->OW; ++ow) {                               \
-                        int64_t k = xp[oh * g->xs[2] + ow * g->xs[3]];                     \
+                for (int64_t oh = 0; oh < g.OH; ++oh)                                      \
+                    for (int64_t ow = 0; ow < g.OW; ++ow) {                                \
+                        int64_t k = xp[oh * g.xs[2] + ow * g.xs[3]];                       \
                         if (k < 0 || k >= HW) {                                            \
                             *bad = k;                                                      \
                             return 0;                                                      \
                         }                                                                  \
-                        dp[(k / g->W) * gs[2] + (k % g->W) * gs[3]] +=                     \
-                            gp[oh * g->os[2] + ow * g->os[3]];                             \
+                        int64_t off = plane ? k : (k / g.W) * gs[2] + (k % g.W) * gs[3];   \
+                        dp[off] += gp_[oh * g.os[2] + ow * g.os[3]];                       \
                     }                                                                      \
             }                                                                              \
         return 1;                                                                          \

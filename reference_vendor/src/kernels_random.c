@@ -18,25 +18,58 @@
 
 #include "kernel_util.h"
 
-static inline void philox4x32_10(uint64_t counter, uint64_t seed, uint32_t out[4]) {
-    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+/* Philox4x32-10 for the counters base .. base + m - 1 (m <= RNG_BLOCK), one
+ * lane per counter so the rounds vectorise */
+#define RNG_BLOCK 64
+static void philox_block(uint64_t base, uint64_t seed, int m, uint32_t *r0, uint32_t *r1,
+                         uint32_t *r2, uint32_t *r3) {
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int j = 0; j < m; ++j) {
+        uint64_t cnt = base + (uint64_t)j;
+        r0[j] = (uint32_t)cnt;
+        r1[j] = (uint32_t)(cnt >> 32);
+        r2[j] = 0;
+        r3[j] = 0;
+    }
     for (int r = 0; r < 10; ++r) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1;
-        c3 = (uint32_t)p0;
-        c0 = n0;
-        c2 = n2;
+        for (int j = 0; j < m; ++j) {
+            uint64_t p0 = (uint64_t)0xD2511F53u * r0[j];
+            uint64_t p1 = (uint64_t)0xCD9E8D57u * r2[j];
+            uint32_t n0 = (uint32_t)(p1 >> 32) ^ r1[j] ^ k0;
+            uint32_t n2 = (uint32_t)(p0 >> 32) ^ r3[j] ^ k1;
+            r1[j] = (uint32_t)p1;
+            r3[j] = (uint32_t)p0;
+            r0[j] = n0;
+            r2[j] = n2;
+        }
         k0 += 0x9E3779B9u;
         k1 += 0xBB67AE85u;
     }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
+}
+
+/* Branch-free cos(2*pi*v) (even Taylor polynomial on [0, pi/2] after
+ * reduction, a few ulp) so the Box-Muller loop vectorises (with ref_logf); a
+ * random number generator needs distribution-level accuracy. */
+static inline float rng_cos2pi(float v) { /* v in [0, 1) */
+    float w = v - (float)(int32_t)(v + 0.5f); /* [-0.5, 0.5] */
+    w = w < 0 ? -w : w;                       /* cos is even */
+    int flip = w > 0.25f;
+    float w2 = 0.5f - w;                      /* computed outside the select: */
+    float t = flip ? w2 : w;                  /* [0, 0.25], angle in [0, pi/2] */
+    float x = 6.28318530717958648f * t, z = x * x;
+    float c = -1.0f / 87178291200.0f;
+    c = c * z + 1.0f / 479001600.0f;
+    c = c * z - 1.0f / 3628800.0f;
+    c = c * z + 1.0f / 40320.0f;
+    c = c * z - 1.0f / 720.0f;
+    c = c * z + 1.0f / 24.0f;
+    c = c * z - 0.5f;
+    c = c * z + 1.0f;
+    return flip ? -c : c;
 }
 
 enum { RNG_UNIFORM, RNG_NORMAL, RNG_BERNOULLI };
@@ -56,33 +89,56 @@ static inline double u53(uint32_t hi, uint32_t lo) {
 static void rng_row(char **p, const int64_t *st, int64_t n, void *vc) {
     rng_ctx *c = (rng_ctx *)vc;
     char *d = p[0];
-    int64_t s = st[0];
-    uint32_t r[4];
-    for (int64_t i = 0; i < n; ++i) {
-        philox4x32_10(c->counter + (uint64_t)i, c->seed, r);
-        double v;
+    const int64_t s = st[0];
+    uint32_t r0[RNG_BLOCK], r1[RNG_BLOCK], r2[RNG_BLOCK], r3[RNG_BLOCK];
+    double v[RNG_BLOCK];
+    const double lo = c->p0, span = c->p1 - c->p0;
+    for (int64_t off = 0; off < n; off += RNG_BLOCK) {
+        int m = n - off < RNG_BLOCK ? (int)(n - off) : RNG_BLOCK;
+        philox_block(c->counter + (uint64_t)off, c->seed, m, r0, r1, r2, r3);
         if (c->kind == RNG_UNIFORM) {
-            double u = c->bits53 ? u53(r[0], r[1]) : (double)(r[0] >> 8) * 0x1.0p-24;
-            v = c->p0 + (c->p1 - c->p0) * u;
+            if (c->bits53)
+                for (int j = 0; j < m; ++j)
+                    v[j] = lo + span * u53(r0[j], r1[j]);
+            else
+                for (int j = 0; j < m; ++j)
+                    v[j] = lo + span * ((double)(r0[j] >> 8) * 0x1.0p-24);
         } else if (c->kind == RNG_NORMAL) {
             if (c->bits53) {
-                double u1 = ((double)((((uint64_t)r[0] << 32) | r[1]) >> 11) + 1.0) * 0x1.0p-53;
-                double u2 = u53(r[2], r[3]);
-                v = c->p0 + c->p1 * (sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+                for (int j = 0; j < m; ++j) {
+                    double u1 = ((double)((((uint64_t)r0[j] << 32) | r1[j]) >> 11) + 1.0) * 0x1.0p-53;
+                    double u2 = u53(r2[j], r3[j]);
+                    v[j] = lo + c->p1 * (sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+                }
             } else {
-                /* single precision is plenty for float32/16 outputs (tails to 6.6 sigma) */
-                float u1 = ((float)(r[0] >> 8) + 1.0f) * 0x1.0p-24f;
-                float u2 = (float)(r[2] >> 8) * 0x1.0p-24f;
-                float z = sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
-                v = c->p0 + c->p1 * (double)z;
+                /* single precision is plenty for float32/16 outputs (tails to 5.8
+                 * sigma); split into loops that vectorise */
+                float rad[RNG_BLOCK], cs[RNG_BLOCK];
+                for (int j = 0; j < m; ++j) {
+                    float u1 = ((float)(r0[j] >> 8) + 1.0f) * 0x1.0p-24f;
+                    rad[j] = -2.0f * ref_logf(u1);
+                    cs[j] = rng_cos2pi((float)(r2[j] >> 8) * 0x1.0p-24f);
+                }
+                int j = 0;
+#if defined(__AVX__)
+                for (; j + 8 <= m; j += 8)
+                    _mm256_storeu_ps(rad + j, _mm256_sqrt_ps(_mm256_loadu_ps(rad + j)));
+#endif
+                for (; j < m; ++j)
+                    rad[j] = sqrtf(rad[j]);
+                for (j = 0; j < m; ++j)
+                    v[j] = lo + c->p1 * (double)(rad[j] * cs[j]);
             }
         } else {
-            v = u53(r[0], r[1]) < c->p0 ? 1.0 : 0.0;
+            for (int j = 0; j < m; ++j)
+                v[j] = u53(r0[j], r1[j]) < lo ? 1.0 : 0.0;
         }
-        if (c->dt == FL_FLOAT32)
-            *(ref_f32 *)(d + i * s) = (float)v;
+        char *dd = d + off * s;
+        if (c->dt == FL_FLOAT32 && s == 4)
+            for (int j = 0; j < m; ++j)
+                ((ref_f32 *)dd)[j] = (float)v[j];
         else
-            ref_store_f64(d + i * s, c->dt, v);
+            ref_convert(dd, c->dt, s, v, FL_FLOAT64, 8, m);
     }
     c->counter += (uint64_t)n;
 }

@@ -19,24 +19,37 @@ typedef struct sum_ctx {
     int int_acc;
 } sum_ctx;
 
+/* contiguous float32 row: 16 float lanes over blocks of 1024 elements (each
+ * lane adds at most 64 values), blocks combined in double; vectorisable */
 static double row_sum_f32(const char *p, int64_t s, int64_t n) {
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int64_t i = 0;
+    double total = 0.0;
     if (s == 4) {
         const ref_f32 *x = (const ref_f32 *)p;
-        for (; i + 4 <= n; i += 4) {
-            s0 += x[i];
-            s1 += x[i + 1];
-            s2 += x[i + 2];
-            s3 += x[i + 3];
+        int64_t i = 0;
+        while (i + 16 <= n) {
+            float acc[16] = {0};
+            int64_t end = i + 1024 <= n ? i + 1024 : n - (n - i) % 16;
+            for (; i < end; i += 16)
+                for (int l = 0; l < 16; ++l)
+                    acc[l] += x[i + l];
+            double b = 0.0;
+            for (int l = 0; l < 16; ++l)
+                b += acc[l];
+            total += b;
         }
         for (; i < n; ++i)
-            s0 += x[i];
-    } else {
-        for (; i < n; ++i)
-            s0 += *(const ref_f32 *)(p + i * s);
+            total += x[i];
+        return total;
     }
-    return (s0 + s1) + (s2 + s3);
+    double s0 = 0, s1 = 0;
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+        s0 += *(const ref_f32 *)(p + i * s);
+        s1 += *(const ref_f32 *)(p + (i + 1) * s);
+    }
+    for (; i < n; ++i)
+        s0 += *(const ref_f32 *)(p + i * s);
+    return total + s0 + s1;
 }
 
 static double row_sum_f64(const char *p, int64_t s, int64_t n) {
@@ -364,16 +377,49 @@ static inline void am_push(am_state *s, const char *p, int32_t dt, int64_t index
     }
 }
 
+/* typed scan of a float32 run with the same rule as am_push */
+static inline void am_run_f32(am_state *s, const char *p, int64_t stride, int64_t n,
+                              int64_t base) {
+    int64_t j = 0;
+    if (!s->seen && n > 0) {
+        s->seen = 1;
+        s->fv = *(const ref_f32 *)p;
+        s->idx = base;
+        j = 1;
+    }
+    if (s->fv != s->fv)
+        return;
+    float best = (float)s->fv;
+    int64_t bi = s->idx;
+    for (; j < n; ++j) {
+        float v = *(const ref_f32 *)(p + j * stride);
+        if (v > best) {
+            best = v;
+            bi = base + j;
+        } else if (v != v) {
+            best = v;
+            bi = base + j;
+            break;
+        }
+    }
+    s->fv = best;
+    s->idx = bi;
+}
+
 typedef struct am_flat_ctx {
     am_state s;
     int32_t dt;
     int64_t counter;
 } am_flat_ctx;
 
+
 static void am_flat_row(char **p, const int64_t *st, int64_t n, void *vc) {
     am_flat_ctx *c = (am_flat_ctx *)vc;
-    for (int64_t i = 0; i < n; ++i)
-        am_push(&c->s, p[0] + i * st[0], c->dt, c->counter + i);
+    if (c->dt == FL_FLOAT32)
+        am_run_f32(&c->s, p[0], st[0], n, c->counter);
+    else
+        for (int64_t i = 0; i < n; ++i)
+            am_push(&c->s, p[0] + i * st[0], c->dt, c->counter + i);
     c->counter += n;
 }
 
@@ -388,8 +434,11 @@ static void am_dim_row(char **p, const int64_t *st, int64_t n, void *vc) {
     for (int64_t i = 0; i < n; ++i) {
         const char *x = p[0] + i * st[0];
         am_state s = {c->is_float, 0, 0.0, 0, 0};
-        for (int64_t j = 0; j < c->len; ++j)
-            am_push(&s, x + j * c->stride, c->dt, j);
+        if (c->dt == FL_FLOAT32)
+            am_run_f32(&s, x, c->stride, c->len, 0);
+        else
+            for (int64_t j = 0; j < c->len; ++j)
+                am_push(&s, x + j * c->stride, c->dt, j);
         *(ref_i64 *)(p[1] + i * st[1]) = s.idx;
     }
 }
