@@ -4,12 +4,13 @@
  *  - argument access with checks (ref_args + ref_get_*), every failure goes
  *    through ref_kernel_fail with a message naming the op and the argument;
  *  - dtype facts, element load/store and bulk conversion between every dtype
- *    the chip stores (float16/bfloat16 by bit manipulation, PyTorch rounding);
+ *    the chip stores (float16/bfloat16 with PyTorch's rounding);
+ *  - branch-free float32 exp / log (vectorisable, <= 1 ulp);
  *  - PyTorch's type promotion (result_type) for elementwise ops;
  *  - strided N-d iteration (ref_for_each_row) and the elementwise engine
  *    (ref_elementwise): broadcasting, scalars in tensor slots, dtype casting
  *    in chunks, dimension reordering/coalescing for speed;
- *  - a BLAS gemm wrapper and aligned temporary allocation.
+ *  - BLAS gemm wrappers (single and strided batch) and aligned temporaries.
  *
  * Element pointers: tensor data may be misaligned for its dtype, so kernels
  * access elements through the ref_f32/ref_f64/... typedefs below, which have

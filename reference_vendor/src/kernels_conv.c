@@ -12,7 +12,8 @@
  *                 dW_g = sum of P_n
  *   grad_input:   dcols_n[K, OHW] = W_g^T @ dY_ng (batched gemm), col2im (add)
  *   grad_bias:    sum of dY over N, H, W
- * 1x1 / stride 1 / no padding convolutions read the input planes directly.
+ * The forward of 1x1 / stride 1 / unpadded convolutions reads the input planes
+ * directly (no im2col).
  * Transposed convolution is not supported.
  */
 #include <stdlib.h>
