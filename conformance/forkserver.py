@@ -1,0 +1,139 @@
+"""A minimal fork server for kernel workers (`python -m conformance.forkserver`).
+
+Importing torch takes seconds; forking a process that already has takes
+milliseconds.  The server imports torch and hypothesis once (but never the
+runtime or a plugin: a plugin loaded before fork would share its device
+memory mapping with every worker) and forks one worker per request.
+multiprocessing's own fork server would do, but it re-imports the caller's
+__main__ script, which a vendor's unguarded script cannot survive.
+
+Protocol, one JSON object per line: the client writes {"id": n, "args": [...]}
+(conformance.isolation.worker's arguments); the server answers
+{"id": n, "pid": p} at once and {"id": n, "exit": code} when the worker ends
+(code < 0: killed by that signal).
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+
+
+class ForkServer:
+    """Client side: start the server, spawn workers, collect their exits."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self.process = subprocess.Popen([sys.executable, "-m", "conformance.forkserver"], env=env,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.pids: dict[int, int] = {}          # worker id -> pid, while the worker runs
+        self._exits: list[tuple[int, int]] = []
+        self._spawned: set[int] = set()
+        self._next = 0
+
+    def spawn(self, args: list) -> int:
+        self._next += 1
+        self.process.stdin.write(json.dumps({"id": self._next, "args": args}) + "\n")
+        self.process.stdin.flush()
+        while self._next not in self._spawned:
+            self._read_line(timeout=None)
+        return self._next
+
+    def exits(self, timeout: float) -> list[tuple[int, int]]:
+        """Workers that ended since the last call: (id, exit code); waits up to timeout for one."""
+        if not self._exits:
+            self._read_line(timeout)
+        while self._read_line(timeout=0):
+            pass
+        found, self._exits = self._exits, []
+        return found
+
+    def kill(self, worker: int) -> None:
+        """SIGKILL a running worker (never a pid whose exit was reported: it may be reused)."""
+        if worker in self.pids:
+            try:
+                os.kill(self.pids[worker], 9)
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> None:
+        for worker in list(self.pids):
+            self.kill(worker)
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+    def _read_line(self, timeout: float | None) -> bool:
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        if not ready:
+            return False
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the conformance fork server died (exit status {self.process.poll()})")
+        message = json.loads(line)
+        if "pid" in message:
+            self.pids[message["id"]] = message["pid"]
+            self._spawned.add(message["id"])
+        else:
+            self.pids.pop(message["id"], None)
+            self._exits.append((message["id"], message["exit"]))
+        return True
+
+
+def _warm_up() -> None:
+    """Import once what every worker needs: torch, hypothesis, and the modules torch
+    loads lazily on its first meta-kernel call (over a second otherwise, per worker)."""
+    import hypothesis  # noqa: F401
+    import torch
+
+    meta = torch.empty(2, 2, device="meta")
+    for op in (torch.add, torch.mm, torch.sum, torch.exp, torch.eq):
+        op(meta) if op in (torch.sum, torch.exp) else op(meta, meta)
+
+
+def _serve() -> None:
+    _warm_up()
+
+    out = sys.stdout
+    children: dict[int, int] = {}   # pid -> request id
+    stdin_open = True
+    while stdin_open or children:
+        ready, _, _ = select.select([sys.stdin] if stdin_open else [], [], [], 0.02)
+        if ready:
+            line = sys.stdin.readline()
+            if not line:
+                stdin_open = False
+            else:
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    _child(request["args"])
+                children[pid] = request["id"]
+                out.write(json.dumps({"id": request["id"], "pid": pid}) + "\n")
+                out.flush()
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            out.write(json.dumps({"id": children.pop(pid), "exit": os.waitstatus_to_exitcode(status)}) + "\n")
+            out.flush()
+
+
+def _child(args: list) -> None:
+    """In the forked worker: never return into the server loop."""
+    code = 1
+    try:
+        os.dup2(2, 1)            # the worker's prints must not mix with the protocol
+        from .isolation import worker
+        worker(*args)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    _serve()

@@ -1,0 +1,345 @@
+"""The one place the suite calls a plugin: checked driver calls and kernel launches.
+
+Everything goes through the plugin's fl_api table as loaded by the runtime's
+loader and the ABI structs of fl_runtime.abi.ffi.  Kernels are launched the
+way the header's calling convention says: schema arguments in order, then one
+tensor per return; fresh outputs get the layout PyTorch's meta kernel gives;
+in-place returns are the mutated argument itself.
+
+What the harness adds to a plain launch, so that a kernel cannot pass by
+accident: every tensor's whole storage is uploaded (holes of strided views
+included) after `shift` filler bytes, so data may start at any byte; guard
+bytes follow every storage and must survive; fresh outputs start poisoned
+(all bits set: NaN, -1, an invalid bool) so unwritten elements show.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fl_runtime import abi
+from fl_runtime.abi import ffi
+from fl_runtime.loader import Plugin
+from fl_runtime.schema import (TAG_BOOL_LIST, TAG_FLOAT_LIST, TAG_INT_LIST, TAG_TENSOR_LIST, TAG_VALUE,
+                               OpPlan)
+from fl_runtime.storage import storage_nbytes
+
+from .target import device_properties
+
+GUARD_BYTES = 64
+GUARD_FILL = 0xA5
+POISON_FILL = 0xFF
+
+
+STATUS: dict[str, int] = {name: code for code, name in abi.STATUS_NAMES.items()}   # "FL_SUCCESS" -> 0
+
+
+def status_name(status: int) -> str:
+    return abi.STATUS_NAMES.get(status, f"status {status}")
+
+
+class CallFailed(AssertionError):
+    """A plugin call returned something other than what the caller needed."""
+
+    def __init__(self, call: str, status: int, message: str) -> None:
+        super().__init__(f"{call} returned {status_name(status)}: {message or '(no message)'}")
+        self.call, self.status, self.message = call, status, message
+
+
+def text(cdata) -> str:
+    return ffi.string(cdata).decode(errors="replace") if cdata != ffi.NULL else ""
+
+
+class Device:
+    """One device of the plugin under test, with checked wrappers over the raw table."""
+
+    def __init__(self, plugin: Plugin, index: int = 0) -> None:
+        self.plugin = plugin
+        self.api = plugin.api
+        self.index = index
+        self.facts: dict = device_properties(plugin, index)
+        self.alignment: int = self.facts.get("alignment", 0)
+        self.total_memory: int = self.facts.get("total_memory", 0)
+        self._host_buffers: dict = {}   # stream -> host buffers it may still read or write
+
+    # -- status ---------------------------------------------------------------
+    def message(self) -> str:
+        return text(self.api.last_error_message())
+
+    def check(self, status: int, call: str) -> None:
+        if status != abi.SUCCESS:
+            raise CallFailed(call, status, self.message())
+
+    # -- memory ---------------------------------------------------------------
+    def malloc(self, size: int, alignment: int = 0) -> int:
+        out = ffi.new("fl_devptr*")
+        self.check(self.api.fl_malloc(self.index, size, alignment, out),
+                   f"fl_malloc(device={self.index}, size={size}, alignment={alignment})")
+        return int(out[0])
+
+    def free(self, ptr: int) -> None:
+        self.check(self.api.fl_free(self.index, ptr), f"fl_free(device={self.index}, ptr={ptr:#x})")
+
+    def memory_info(self) -> tuple[int, int]:
+        free, total = ffi.new("uint64_t*"), ffi.new("uint64_t*")
+        self.check(self.api.memory_info(self.index, free, total), "memory_info")
+        return int(free[0]), int(total[0])
+
+    # -- streams and copies ---------------------------------------------------
+    def new_stream(self) -> object:   # an fl_stream handle (cdata)
+        out = ffi.new("fl_stream*")
+        self.check(self.api.stream_create(self.index, out), "stream_create")
+        return out[0]
+
+    def destroy_stream(self, stream) -> None:
+        self.synchronize(stream)
+        self.check(self.api.stream_destroy(stream), "stream_destroy")
+
+    def synchronize(self, stream) -> None:
+        status = self.api.stream_synchronize(stream)
+        self._host_buffers.pop(stream, None)   # the stream is done with them either way
+        self.check(status, "stream_synchronize")
+
+    def _keep(self, stream, buffer) -> None:
+        # The ABI lets the stream read/write host memory until it reaches the copy.
+        self._host_buffers.setdefault(stream, []).append(buffer)
+
+    def h2d(self, stream, ptr: int, offset: int, data: bytes) -> None:
+        buffer = ffi.new("char[]", data) if data else ffi.new("char[]", 1)
+        self._keep(stream, buffer)
+        self.check(self.api.memcpy_h2d_async(stream, ptr, offset, buffer, len(data)),
+                   f"memcpy_h2d_async(offset={offset}, size={len(data)})")
+
+    def d2h(self, stream, ptr: int, offset: int, size: int) -> object:
+        """Enqueue a copy out; the returned buffer holds the bytes once the stream is synchronized."""
+        buffer = ffi.new("char[]", max(size, 1))
+        self._keep(stream, buffer)
+        self.check(self.api.memcpy_d2h_async(stream, buffer, ptr, offset, size),
+                   f"memcpy_d2h_async(offset={offset}, size={size})")
+        return buffer
+
+    def read(self, stream, ptr: int, offset: int, size: int) -> bytes:
+        buffer = self.d2h(stream, ptr, offset, size)
+        self.synchronize(stream)
+        return ffi.buffer(buffer, size)[:]
+
+    def memset(self, stream, ptr: int, offset: int, value: int, size: int) -> None:
+        self.check(self.api.memset_async(stream, ptr, offset, value, size),
+                   f"memset_async(offset={offset}, value={value}, size={size})")
+
+    def d2d(self, stream, dst: int, dst_offset: int, src: int, src_offset: int, size: int) -> None:
+        self.check(self.api.memcpy_d2d_async(stream, self.index, dst, dst_offset, self.index, src,
+                                             src_offset, size),
+                   f"memcpy_d2d_async(dst_offset={dst_offset}, src_offset={src_offset}, size={size})")
+
+
+# ---- kernels -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """One kernel-table row, as the suite names and finds it."""
+    index: int
+    op: str
+    dtypes: int
+    variant: int
+    pointer: object = field(compare=False, repr=False)
+
+    @property
+    def variant_name(self) -> str:
+        return abi.VARIANT_NAMES.get(self.variant, f"variant{self.variant}")
+
+
+def kernel_entries(plugin: Plugin) -> list[KernelEntry]:
+    entries, count = ffi.new("const fl_kernel_entry**"), ffi.new("uint32_t*")
+    plugin.check(plugin.api.kernel_table(entries, count), "kernel_table")
+    return [KernelEntry(i, text(entries[0][i].op), int(entries[0][i].dtypes), int(entries[0][i].variant),
+                        entries[0] + i) for i in range(count[0])]
+
+
+def storage_bytes(t: torch.Tensor) -> bytes:
+    storage = t.untyped_storage()
+    return ffi.buffer(ffi.cast("char*", storage.data_ptr()), storage.nbytes())[:] if storage.nbytes() else b""
+
+
+def tensor_over(data: bytes, like: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor with like's dtype, shape, strides and offset over a copy of `data`."""
+    storage = torch.UntypedStorage.from_buffer(data, dtype=torch.uint8) if data else torch.UntypedStorage(0)
+    return torch.empty(0, dtype=like.dtype).set_(storage, like.storage_offset(), like.shape, like.stride())
+
+
+@dataclass(frozen=True)
+class DeviceTensor:
+    """A tensor already in device memory, as an fl_tensor describes it."""
+    base: int
+    byte_offset: int
+    dtype: torch.dtype
+    shape: tuple
+    strides: tuple
+
+    def struct(self, keep: list) -> object:
+        sizes, strides = ffi.new("int64_t[]", list(self.shape) or [0]), ffi.new("int64_t[]", list(self.strides) or [0])
+        struct = ffi.new("fl_tensor*", {"struct_size": ffi.sizeof("fl_tensor"), "base": self.base,
+                                        "byte_offset": self.byte_offset, "dtype": abi.DTYPE_TO_FL[self.dtype],
+                                        "ndim": len(self.shape), "sizes": sizes, "strides": strides})
+        keep += [sizes, strides, struct]
+        return struct
+
+
+class _Marshal:
+    """Builds the fl_arg array; keeps every cffi object alive until launch_kernel returns."""
+
+    def __init__(self, count: int) -> None:
+        self.args = ffi.new("fl_arg[]", max(count, 1))
+        self.keep: list = []
+
+    def put(self, slot: int, value, tag: int) -> None:
+        arg = self.args[slot]
+        if value is None or isinstance(value, (torch.device, torch.layout, torch.memory_format)):
+            arg.kind = abi.ARG_NONE
+        elif isinstance(value, DeviceTensor):
+            arg.kind, arg.value.tensor = abi.ARG_TENSOR, value.struct(self.keep)
+        elif tag == TAG_TENSOR_LIST:
+            pointers = ffi.new("fl_tensor*[]", [ffi.NULL if t is None else t.struct(self.keep) for t in value])
+            self.keep.append(pointers)
+            arg.kind, arg.count, arg.value.tensors = abi.ARG_TENSOR_LIST, len(value), pointers
+        elif tag in (TAG_INT_LIST, TAG_BOOL_LIST, TAG_FLOAT_LIST):
+            items = [value] if isinstance(value, (int, float)) else list(value)
+            array = ffi.new("double[]" if tag == TAG_FLOAT_LIST else "int64_t[]", items or [0])
+            self.keep.append(array)
+            arg.count = len(items)
+            if tag == TAG_FLOAT_LIST:
+                arg.kind, arg.value.floats = abi.ARG_FLOAT_LIST, array
+            else:
+                arg.kind, arg.value.ints = abi.ARG_INT_LIST if tag == TAG_INT_LIST else abi.ARG_BOOL_LIST, array
+        elif isinstance(value, torch.dtype):
+            arg.kind, arg.value.i = abi.ARG_INT, abi.DTYPE_TO_FL[value]
+        elif isinstance(value, bool):
+            arg.kind, arg.value.i = abi.ARG_BOOL, int(value)
+        elif isinstance(value, int):
+            arg.kind, arg.value.i = abi.ARG_INT, value
+        elif isinstance(value, float):
+            arg.kind, arg.value.f = abi.ARG_FLOAT, value
+        elif isinstance(value, str):
+            encoded = ffi.new("char[]", value.encode())
+            self.keep.append(encoded)
+            arg.kind, arg.value.str = abi.ARG_STRING, encoded
+        else:
+            raise TypeError(f"the harness cannot pass {type(value).__name__} {value!r} to a kernel")
+
+
+def launch(dev: Device, stream, entry: KernelEntry, plan: OpPlan, values: list,
+           outputs: list[DeviceTensor | None]) -> None:
+    """Enqueue one kernel: schema values (DeviceTensors, scalars, lists), then the outputs."""
+    marshal = _Marshal(len(values) + len(outputs))
+    for slot, (spec, value) in enumerate(zip(plan.args, values)):
+        marshal.put(slot, value, spec.tag)
+    for j, out in enumerate(outputs):
+        marshal.put(len(values) + j, out, TAG_VALUE)
+    dev.check(dev.api.launch_kernel(stream, entry.pointer, marshal.args, len(values) + len(outputs)),
+              f"launch_kernel({entry.op})")
+
+
+@dataclass
+class _Placed:
+    """A CPU tensor's storage in device memory: [shift filler | storage | guard]."""
+    like: torch.Tensor
+    ptr: int
+    shift: int
+    nbytes: int
+
+    @property
+    def total(self) -> int:
+        return self.shift + self.nbytes + GUARD_BYTES
+
+    @property
+    def device_tensor(self) -> DeviceTensor:
+        t = self.like
+        return DeviceTensor(self.ptr, self.shift + t.storage_offset() * t.element_size(), t.dtype,
+                            tuple(t.shape), tuple(t.stride()))
+
+
+def _place(dev: Device, stream, t: torch.Tensor, shift: int, placed: list) -> _Placed:
+    data = storage_bytes(t)
+    item = _Placed(t, dev.malloc(shift + len(data) + GUARD_BYTES), shift, len(data))
+    placed.append(item)
+    dev.h2d(stream, item.ptr, 0, bytes([GUARD_FILL]) * shift + data + bytes([GUARD_FILL]) * GUARD_BYTES)
+    return item
+
+
+def _fetch(dev: Device, stream, item: _Placed) -> tuple[torch.Tensor, list[str]]:
+    raw = dev.read(stream, item.ptr, 0, item.total)
+    problems = []
+    if any(b != GUARD_FILL for b in raw[:item.shift]):
+        problems.append(f"wrote into the {item.shift} bytes before a tensor's storage")
+    if any(b != GUARD_FILL for b in raw[item.shift + item.nbytes:]):
+        problems.append(f"wrote past the end of a tensor's storage ({item.nbytes} bytes)")
+    return tensor_over(raw[item.shift:item.shift + item.nbytes], item.like), problems
+
+
+def output_layouts(plan: OpPlan, values: list) -> list[torch.Tensor | None]:
+    """Meta tensors with the layout PyTorch gives each return (the runtime's rule)."""
+    args, kwargs = [], {}
+    for spec, value in zip(plan.args, values):
+        if isinstance(value, torch.Tensor):
+            value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+        if spec.kwarg_only:
+            kwargs[spec.name] = value
+        else:
+            args.append(value)
+    result = plan.op(*args, **kwargs)
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _poisoned_like(meta: torch.Tensor) -> torch.Tensor:
+    nbytes = storage_nbytes(meta.shape, meta.stride(), meta.element_size())
+    return tensor_over(bytes([POISON_FILL]) * nbytes,
+                       torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype))
+
+
+@dataclass
+class KernelRun:
+    """What one launch left behind, all copied back to the host."""
+    args_after: list          # schema values; tensors replaced by their storage after the launch
+    outputs: list             # one CPU tensor per return (None for an undefined one)
+    problems: list[str]       # guard-byte damage
+
+
+def call_kernel(dev: Device, stream, entry: KernelEntry, plan: OpPlan, values: list,
+                shift: int = 0, out_shift: int = 0) -> KernelRun:
+    """Run `entry` on schema-ordered `values` (CPU tensors and scalars) and copy everything
+    back; raises CallFailed when the launch or the stream reports an error."""
+    metas = output_layouts(plan, values)
+    placed: list[_Placed] = []
+    by_id: dict[int, _Placed] = {}
+
+    def on_device(value):
+        if isinstance(value, (list, tuple)):
+            return [on_device(v) for v in value]
+        if not isinstance(value, torch.Tensor):
+            return value
+        if id(value) not in by_id:
+            by_id[id(value)] = _place(dev, stream, value, shift, placed)
+        return by_id[id(value)].device_tensor
+
+    try:
+        device_values = [on_device(v) for v in values]
+        fresh = {j: _place(dev, stream, _poisoned_like(meta), out_shift, placed)
+                 for j, (meta, alias) in enumerate(zip(metas, plan.returns_alias)) if alias is None and meta is not None}
+        outputs = [device_values[alias] if alias is not None else (fresh[j].device_tensor if j in fresh else None)
+                   for j, alias in enumerate(plan.returns_alias)]
+        launch(dev, stream, entry, plan, device_values, outputs)
+        dev.synchronize(stream)
+        after: dict[int, torch.Tensor] = {}
+        problems: list[str] = []
+        for item in placed:
+            after[id(item)], damage = _fetch(dev, stream, item)
+            problems += damage
+    finally:
+        dev.api.stream_synchronize(stream)   # after a failure too: nothing queued may still use them
+        for item in placed:
+            dev.free(item.ptr)
+    args_after = [after[id(by_id[id(v)])] if isinstance(v, torch.Tensor) else v for v in values]
+    results = [args_after[alias] if alias is not None else (after[id(fresh[j])] if j in fresh else None)
+               for j, alias in enumerate(plan.returns_alias)]
+    return KernelRun(args_after, results, problems)

@@ -1,0 +1,198 @@
+"""Kernel checks in worker processes, so a crash or hang fails a kernel, not the run.
+
+One worker process per kernel-table entry runs that entry's units (numerics
+per dtype, then robustness) and appends one JSON line per event to a log; it
+also writes the case it is about to launch to a progress file.  The parent
+runs a few workers at once, in the order the tests will ask for them.  When
+a worker dies (a signal, a non-zero exit) or stays silent longer than the
+profile's unit timeout, the unit it was in fails with the last case as the
+reproducer, and the entry's remaining units go to a fresh worker.
+
+Workers are forked from conformance.forkserver, which imports torch once.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+import traceback
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import statuses
+from .forkserver import ForkServer
+from .profiles import Profile
+from .repro import kernel_script
+
+Unit = tuple   # ("numerics", dtype name) or ("robustness", None)
+
+
+@dataclass
+class Job:
+    entry_index: int
+    op: str
+    variant: str
+    units: list[Unit]
+
+
+@dataclass
+class _Running:
+    job: Job
+    worker: int              # fork server id
+    log: Path
+    progress: Path
+    offset: int = 0
+    current: Unit | None = None
+    last_event: float = field(default_factory=time.monotonic)
+    done: set = field(default_factory=set)
+    fatal: str = ""
+    killed: str = ""         # why the parent killed it, if it did
+
+
+def worker(library: str, job: dict, profile: dict, run_seed: int, log_path: str, progress_path: str) -> None:
+    """Worker process body: load the plugin, run the job's units, log each outcome."""
+    job, profile = Job(**job), Profile(**profile)
+    with open(log_path, "a") as log:
+        def emit(event: dict) -> None:
+            log.write(json.dumps(event) + "\n")
+            log.flush()
+        try:
+            import torch
+
+            from fl_runtime.loader import PluginSource, load_plugin
+
+            from .harness import Device, kernel_entries
+            from .kernel_checks import run_unit
+
+            torch.set_num_threads(1)   # workers run side by side; one core each
+            plugin = load_plugin(PluginSource("under test", library, "conformance worker"))
+            dev = Device(plugin, 0)
+            stream = dev.new_stream()
+            entry = kernel_entries(plugin)[job.entry_index]
+            if entry.op != job.op:
+                raise RuntimeError(f"kernel table entry {job.entry_index} is {entry.op}, expected {job.op}: "
+                                   "the table changed between loads")
+            progress = Path(progress_path)
+            for unit in job.units:
+                unit = tuple(unit)
+                emit({"begin": list(unit)})
+                started = time.monotonic()
+                outcome = run_unit(dev, stream, entry, unit, profile, run_seed,
+                                   lambda case: progress.write_text(json.dumps(case)))
+                emit({"unit": list(unit), "outcome": {**outcome, "seconds": time.monotonic() - started}})
+        except Exception:
+            emit({"fatal": traceback.format_exc(limit=6)})
+            raise SystemExit(3)
+
+
+class KernelWorkers:
+    """Runs Jobs in worker processes and hands out each unit's outcome."""
+
+    def __init__(self, library: str, profile: Profile, run_seed: int, concurrency: int | None = None) -> None:
+        self.library = library
+        self.profile = profile
+        self.seed = run_seed
+        self.concurrency = concurrency or max(1, min(4, os.cpu_count() or 1))
+        self.results: dict[tuple[int, Unit], dict] = {}
+        self.pending: deque[Job] = deque()
+        self.running: list[_Running] = []
+        self.workdir = Path(tempfile.mkdtemp(prefix="fl-conformance-"))
+        self._server: ForkServer | None = None   # started with the first job
+        self._started = 0
+
+    def submit(self, jobs: list[Job]) -> None:
+        self.pending.extend(jobs)
+
+    def outcome(self, entry_index: int, unit: Unit) -> dict:
+        """Blocks until the unit has run (submitting nothing: the caller planned it)."""
+        key = (entry_index, tuple(unit))
+        while key not in self.results:
+            if not self.pending and not self.running:
+                raise KeyError(f"no job was planned for kernel entry {entry_index} unit {unit}")
+            self._pump(timeout=0.2)
+        return self.results[key]
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self.running.clear()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- process management -------------------------------------------------------
+    def _start(self, job: Job) -> None:
+        if self._server is None:
+            self._server = ForkServer()
+        self._started += 1
+        log = self.workdir / f"{self._started}.log"
+        progress = log.with_suffix(".case")
+        worker_id = self._server.spawn([self.library, asdict(job), asdict(self.profile), self.seed, str(log),
+                                        str(progress)])
+        self.running.append(_Running(job, worker_id, log, progress))
+
+    def _pump(self, timeout: float) -> None:
+        while self.pending and len(self.running) < self.concurrency:
+            self._start(self.pending.popleft())
+        exits = dict(self._server.exits(timeout))
+        for run in list(self.running):
+            self._read(run)
+            if run.worker in exits:
+                self._finish(run, run.killed or self._death(exits[run.worker]))
+            elif not run.killed and time.monotonic() - run.last_event > self.profile.unit_timeout_s:
+                run.killed = (f"did not finish within {self.profile.unit_timeout_s:g} s (hang?); "
+                              "the worker was killed")
+                self._server.kill(run.worker)
+
+    def _read(self, run: _Running) -> None:
+        if not run.log.exists():
+            return
+        with open(run.log) as log:
+            log.seek(run.offset)
+            lines = log.readlines()
+        for line in lines:
+            if not line.endswith("\n"):
+                break
+            run.offset += len(line)
+            run.last_event = time.monotonic()
+            event = json.loads(line)
+            if "begin" in event:
+                run.current = tuple(event["begin"])
+            elif "unit" in event:
+                unit = tuple(event["unit"])
+                self.results[(run.job.entry_index, unit)] = event["outcome"]
+                run.done.add(unit)
+                run.current = None
+            elif "fatal" in event:
+                run.fatal = event["fatal"]
+
+    @staticmethod
+    def _death(exitcode: int) -> str:
+        if exitcode < 0:
+            return f"crashed the worker process with {signal.Signals(-exitcode).name}"
+        return f"ended the worker process with exit status {exitcode}"
+
+    def _finish(self, run: _Running, how: str) -> None:
+        self.running.remove(run)
+        left = [u for u in run.job.units if u not in run.done]
+        if not left:
+            return
+        failed = run.current or left[0]
+        self.results[(run.job.entry_index, failed)] = self._crash_outcome(run, failed, how)
+        rest = [u for u in left if u != failed]
+        if rest:
+            self.pending.appendleft(Job(run.job.entry_index, run.job.op, run.job.variant, rest))
+
+    def _crash_outcome(self, run: _Running, unit: Unit, how: str) -> dict:
+        kind, dtype = unit
+        where = f"kernel {run.job.op} ({run.job.variant})" + (f" on {dtype}" if dtype else f" ({kind} probes)")
+        message = f"{where} {how}" + (f":\n{run.fatal}" if run.fatal else "")
+        outcome = {"status": statuses.FAIL, "message": message, "max_error": None, "error_ratio": None,
+                   "tolerance": ""}
+        case = json.loads(run.progress.read_text()) if run.progress.exists() else {}
+        if kind == "numerics" and run.current == unit and case.get("dtype") == dtype:
+            outcome["reproducer"] = kernel_script(self.library, run.job.op, run.job.variant, dtype, case, "",
+                                                  self.seed, f"{where} {how} on this case")
+        return outcome

@@ -1,0 +1,150 @@
+"""What a kernel worker checks, one unit at a time (run inside conformance.isolation).
+
+A unit is ("numerics", dtype) or ("robustness", None) for one kernel-table
+entry; its outcome is a JSON-able dict: status, message, max_error,
+error_ratio, tolerance, examples, reproducer.
+"""
+from __future__ import annotations
+
+import math
+import traceback
+from typing import Callable
+
+import torch
+from hypothesis import HealthCheck, Phase, Verbosity, given, reject, seed, settings
+from hypothesis.errors import Unsatisfiable, UnsatisfiedAssumption
+
+from fl_runtime import abi
+from fl_runtime.abi import ffi
+from fl_runtime.schema import compile_plan
+
+from . import statuses
+from .harness import STATUS, CallFailed, Device, KernelEntry, status_name
+from .numerics import CaseResult, RejectCase, check_case
+from .opspecs import OPSPECS, cases, sweep_case
+from .profiles import Profile
+from .recipes import DTYPES
+from .repro import kernel_script
+
+Progress = Callable[[dict], None]
+
+
+class _Mismatch(AssertionError):
+    """A case failed (hypothesis shrinks it, then we report the smallest)."""
+
+
+def _outcome(status: str, message: str = "", result: CaseResult | None = None, **extra) -> dict:
+    result = result or CaseResult(True)
+    return {"status": status, "message": message, "max_error": result.max_error,
+            "error_ratio": result.ratio, "tolerance": result.tolerance, **extra}
+
+
+def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: Profile, run_seed: int,
+             progress: Progress) -> dict:
+    """Hypothesis examples (plus the 16-bit sweep) of one kernel on one dtype against PyTorch CPU."""
+    dtype = DTYPES[dtype_name]
+    fast = entry.variant_name == "fast"
+    state = {"examples": 0, "rejected": 0, "worst": CaseResult(True), "failure": None}
+
+    def check(case: dict) -> None:
+        progress(case)
+        try:
+            result = check_case(dev, stream, entry, case, fast)
+        except RejectCase:
+            state["rejected"] += 1
+            reject()
+        except Exception:   # a harness error on this case still names the case
+            result = CaseResult(False, math.inf, math.inf, "", "error while checking the case:\n"
+                                + traceback.format_exc(limit=4))
+        state["examples"] += 1
+        if result.ratio >= state["worst"].ratio:
+            state["worst"] = result
+        if not result.ok:
+            state["failure"] = (case, result)   # the last one is hypothesis' shrunk example
+            raise _Mismatch(result.message)
+
+    sweep = sweep_case(entry.op, dtype)
+    try:
+        if sweep is not None:
+            try:
+                check(sweep)
+            except UnsatisfiedAssumption:
+                pass   # PyTorch refuses the sweep's inputs; the generated cases still run
+        run = settings(max_examples=profile.kernel_examples, database=None, deadline=None,
+                       derandomize=False, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
+                       report_multiple_bugs=False, print_blob=False,
+                       phases=(Phase.explicit, Phase.generate, Phase.shrink))
+        seed(run_seed)(run(given(cases(entry.op, dtype, entry.dtypes))(check)))()
+    except _Mismatch:
+        case, result = state["failure"]
+        script = kernel_script(dev.plugin.source.path, entry.op, entry.variant_name, dtype_name, case,
+                               result.tolerance, run_seed, result.message.split(";")[0])
+        return _outcome(statuses.FAIL, result.message, result, reproducer=script, examples=state["examples"])
+    except Unsatisfiable:
+        return _outcome(statuses.UNTESTED, f"PyTorch CPU refuses every generated {entry.op} case on "
+                        f"{dtype_name} ({state['rejected']} tried), so there is no reference")
+    return _outcome(statuses.PASS, "", state["worst"], examples=state["examples"])
+
+
+# ---- robustness ------------------------------------------------------------------
+
+def _launch_outcome(dev: Device, stream, entry_pointer, args, nargs: int) -> tuple[int, str]:
+    """Status of a launch: from launch_kernel, or the stream's sticky error at synchronize."""
+    status = dev.api.launch_kernel(stream, entry_pointer, args, nargs)
+    if status != abi.SUCCESS:
+        return status, dev.message()
+    status = dev.api.stream_synchronize(stream)
+    return status, dev.message() if status != abi.SUCCESS else ""
+
+
+def robustness(dev: Device, stream, entry: KernelEntry) -> dict:
+    """Malformed launches must come back as error statuses with a message, and leave
+    the stream usable: no crash, no hang, no silent success."""
+    bad_argument = {STATUS[n] for n in ("FL_ERROR_INVALID_VALUE", "FL_ERROR_INVALID_POINTER",
+                                        "FL_ERROR_KERNEL_FAILED")}
+    try:
+        plan = compile_plan(entry.op)
+        nargs = len(plan.args) + len(plan.returns_alias)
+    except AttributeError:   # an op PyTorch does not know: any count is wrong for it
+        nargs = 4
+    none_args = ffi.new("fl_arg[]", nargs)   # zeroed: every argument FL_ARG_NONE
+    foreign = ffi.new("fl_kernel_entry*", {"struct_size": ffi.sizeof("fl_kernel_entry"), "op": entry.pointer.op,
+                                           "dtypes": entry.dtypes, "variant": entry.variant})
+    probes = [
+        ("a copy of the entry (not the table's own pointer)", foreign, none_args, nargs,
+         {STATUS["FL_ERROR_INVALID_HANDLE"]}),
+        ("args=NULL with nargs=0", entry.pointer, ffi.NULL, 0, bad_argument),
+        (f"all {nargs} arguments FL_ARG_NONE", entry.pointer, none_args, nargs, bad_argument),
+        ("one argument too few", entry.pointer, none_args, max(nargs - 1, 0), bad_argument),
+    ]
+    problems = []
+    for what, pointer, args, count, expected in probes:
+        status, message = _launch_outcome(dev, stream, pointer, args, count)
+        if status not in expected:
+            problems.append(f"{what}: got {status_name(status)}, expected one of "
+                            f"{', '.join(sorted(status_name(s) for s in expected))}")
+        elif not message.strip():
+            problems.append(f"{what}: {status_name(status)} but last_error_message() is empty")
+    try:   # the error was reported once; the stream must work again
+        dev.synchronize(stream)
+        ptr = dev.malloc(64)
+        dev.h2d(stream, ptr, 0, bytes(range(64)))
+        if dev.read(stream, ptr, 0, 64) != bytes(range(64)):
+            problems.append("after the failed launches a copy round trip on the stream returned wrong bytes")
+        dev.free(ptr)
+    except CallFailed as exc:
+        problems.append(f"the stream is unusable after the failed launches: {exc}")
+    if problems:
+        return _outcome(statuses.FAIL, "; ".join(problems))
+    return _outcome(statuses.PASS, examples=len(probes))
+
+
+def run_unit(dev: Device, stream, entry: KernelEntry, unit: tuple[str, str | None], profile: Profile,
+             run_seed: int, progress: Progress) -> dict:
+    kind, dtype_name = unit
+    if kind == "robustness":
+        return robustness(dev, stream, entry)
+    if entry.op not in OPSPECS:
+        return _outcome(statuses.UNTESTED, f"the suite has no case generator for {entry.op} yet")
+    torch.manual_seed(run_seed)
+    return numerics(dev, stream, entry, dtype_name, profile, run_seed, progress)

@@ -1,0 +1,137 @@
+"""One kernel case end to end: build inputs, compute references, launch, judge.
+
+Besides each output against its tolerance, a case fails when the kernel
+changed an input it does not own, wrote outside a storage (guard bytes), or,
+for in-place ops, changed storage the mutated view does not cover.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fl_runtime.schema import OpPlan, compile_plan
+
+from .compare import Reference, judge
+from .harness import CallFailed, Device, KernelEntry, call_kernel, storage_bytes, tensor_over
+from .recipes import materialize
+from .tolerances import Tolerance, tolerance_for, uses_magnitude
+
+# The sum a kernel accumulates for a mean (same schema): its overflow decides, not the mean's.
+_ACCUMULATES = {"mean": "sum", "mean.dim": "sum.dim_IntList"}
+
+
+class RejectCase(Exception):
+    """PyTorch CPU refuses these inputs, so there is nothing to compare with."""
+
+
+@dataclass
+class CaseResult:
+    ok: bool
+    max_error: float = 0.0
+    ratio: float = 0.0          # worst error / allowed (<= 1 passes)
+    tolerance: str = ""
+    message: str = ""
+
+
+def schema_values(plan: OpPlan, case: dict) -> list:
+    args = [materialize(v) for v in case["args"]]
+    kwargs = {k: materialize(v) for k, v in case["kwargs"].items()}
+    return plan.normalize(args, kwargs)
+
+
+def _run_torch(plan: OpPlan, values: list) -> list:
+    args = [v for spec, v in zip(plan.args, values) if not spec.kwarg_only]
+    kwargs = {spec.name: v for spec, v in zip(plan.args, values) if spec.kwarg_only}
+    result = plan.op(*args, **kwargs)
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _copy(value, wide: bool = False, absolute: bool = False):
+    """A private copy for a reference run (same layout, so in-place holes are comparable)."""
+    if isinstance(value, torch.Tensor):
+        t = tensor_over(storage_bytes(value), value)
+        if wide and t.dtype not in (torch.bool, torch.complex64):
+            t = t.double()
+        if absolute and t.dtype != torch.bool:   # the error scale of finite terms; specials judged apart
+            t = torch.nan_to_num(t.abs(), nan=0.0, posinf=0.0)
+        return t
+    if absolute and isinstance(value, float):   # coefficients (alpha, beta); ints are dims and sizes
+        return abs(value)
+    return value
+
+
+def cpu_reference(plan: OpPlan, values: list) -> list:
+    """PyTorch CPU in the kernel's own dtypes; RejectCase when PyTorch refuses the inputs."""
+    try:
+        return _run_torch(plan, [_copy(v) for v in values])
+    except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError) as exc:
+        raise RejectCase(str(exc).splitlines()[0]) from None
+
+
+def wide_reference(plan: OpPlan, values: list, absolute: bool = False) -> list:
+    """The op in float64 (on absolute finite values: the magnitude a sum's error scales with)."""
+    return _run_torch(plan, [_copy(v, wide=True, absolute=absolute) for v in values])
+
+
+def references(plan: OpPlan, values: list) -> list[Reference | None]:
+    """Per output: PyTorch CPU, and for floating outputs the float64 result (and, for
+    sums and products, the magnitudes their error and overflow scale with)."""
+    cpu = cpu_reference(plan, values)
+    if not any(o is not None and o.is_floating_point() for o in cpu):
+        return [None if o is None else Reference(o) for o in cpu]
+    wide = wide_reference(plan, values)
+    size = summed = [None] * len(cpu)
+    if uses_magnitude(plan.name):
+        size = wide_reference(plan, values, absolute=True)
+        summed = (wide_reference(compile_plan(_ACCUMULATES[plan.name]), values, absolute=True)
+                  if plan.name in _ACCUMULATES else size)
+    return [None if o is None else Reference(o, *((w, s, a) if o.is_floating_point() else ()))
+            for o, w, s, a in zip(cpu, wide, size, summed)]
+
+
+def _holes_changed(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Did bytes of the storage outside the view change? (both tensors share one layout)"""
+    size = got.element_size()
+    numel = got.untyped_storage().nbytes() // size
+    inside = torch.arange(numel).as_strided(got.shape, got.stride(), got.storage_offset()).reshape(-1)
+    outside = torch.ones(numel * size, dtype=torch.bool)
+    for byte in range(size):
+        outside[inside * size + byte] = False
+    as_bytes = [torch.frombuffer(bytearray(storage_bytes(t)), dtype=torch.uint8) if numel else
+                torch.empty(0, dtype=torch.uint8) for t in (got, want)]
+    return not torch.equal(as_bytes[0][outside], as_bytes[1][outside])
+
+
+def check_case(dev: Device, stream, entry: KernelEntry, case: dict, fast: bool = False) -> CaseResult:
+    """Run one case; RejectCase when PyTorch itself refuses it."""
+    plan = compile_plan(entry.op)
+    values = schema_values(plan, case)
+    refs = references(plan, values)
+    rules: list[Tolerance | None] = [None if r is None else tolerance_for(entry.op, r.cpu.dtype, fast)
+                                     for r in refs]
+    try:
+        run = call_kernel(dev, stream, entry, plan, values, case.get("shift", 0), case.get("out_shift", 0))
+    except CallFailed as exc:
+        return CaseResult(False, float("inf"), float("inf"), "", str(exc))
+    problems = list(run.problems)
+    mutated = {a for a in plan.returns_alias if a is not None}
+    for i, (spec, before, after) in enumerate(zip(plan.args, values, run.args_after)):
+        if isinstance(before, torch.Tensor) and i not in mutated and storage_bytes(before) != storage_bytes(after):
+            problems.append(f"the kernel modified input '{spec.name}'")
+    worst = CaseResult(True)
+    for j, (rule, got, ref) in enumerate(zip(rules, run.outputs, refs)):
+        if rule is None:
+            continue
+        verdict = judge(got, rule, ref)
+        if verdict.ratio >= worst.ratio:
+            worst = CaseResult(worst.ok, verdict.max_error, verdict.ratio, rule.describe(), worst.message)
+        if not verdict.ok:
+            problems.append(f"output {j}: {verdict.bad} element(s) out of tolerance ({rule.describe()}); "
+                            f"{verdict.detail}")
+        alias = plan.returns_alias[j]
+        if alias is not None and _holes_changed(got, ref.cpu):
+            problems.append(f"the in-place kernel changed storage of '{plan.args[alias].name}' outside its view")
+    worst.ok = not problems
+    worst.message = "; ".join(problems)
+    return worst

@@ -1,0 +1,208 @@
+"""Which kernel-table ops the suite can generate cases for, and how.
+
+A generator draws one call's schema arguments (positional list + keyword
+dict) for a dtype; values are recipes (conformance.recipes), so the whole
+case is a small dict.  Ops of a kernel table missing here are reported as
+"untested", never as passing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from hypothesis import strategies as st
+
+from fl_runtime import abi
+
+from . import strategies as s
+from .recipes import DTYPES, NAMES
+
+Generator = Callable[[s.Draw, torch.dtype, int], tuple[list, dict]]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    generate: Generator
+    sweep_16bit: bool = False     # unary float op: also try every float16/bfloat16 bit pattern
+
+
+def _alpha(draw: s.Draw, dtype: torch.dtype) -> dict:
+    if not draw(st.booleans()):
+        return {}
+    if dtype == torch.bool:
+        return {"alpha": True}
+    return {"alpha": draw(st.sampled_from([2.0, -0.5] if dtype.is_floating_point else [2, -3]))}
+
+
+def binary(inplace: bool = False, alpha: bool = False, scalar_other: bool = False) -> Generator:
+    def generate(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+        out = s.shape(draw)
+        self_ = s.tensor(draw, out if inplace else s.broadcast_to(draw, out), dtype, mutable=inplace)
+        other = (s.scalar(draw, dtype, allow_float=not inplace) if scalar_other
+                 else s.tensor(draw, s.broadcast_to(draw, out), dtype))
+        return [self_, other], (_alpha(draw, dtype) if alpha else {})
+    return generate
+
+
+def unary(inplace: bool = False) -> Generator:
+    def generate(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+        return [s.tensor(draw, s.shape(draw), dtype, mutable=inplace)], {}
+    return generate
+
+
+def pow_scalar(inplace: bool = False) -> Generator:
+    def generate(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+        exponents = [2.0, 0.5, 3.0, -1.0, 0.0, 2.5, -2.0] if dtype.is_floating_point else [2, 3, 0, 1]
+        return [s.tensor(draw, s.shape(draw), dtype, mutable=inplace), draw(st.sampled_from(exponents))], {}
+    return generate
+
+
+def clamp(inplace: bool = False) -> Generator:
+    def generate(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+        low = s.scalar(draw, dtype, allow_float=False) if draw(st.booleans()) else None
+        high = s.scalar(draw, dtype, allow_float=False) if low is None or draw(st.booleans()) else None
+        return [s.tensor(draw, s.shape(draw), dtype, mutable=inplace), low, high], {}
+    return generate
+
+
+def same_shape(count: int, scalar_name: str | None = None, inplace: bool = False,
+               scalars: tuple = (0.5, 2.0, -1.0)) -> Generator:
+    """`count` tensors that broadcast together, plus an optional named scalar (value=, weight=, ...)."""
+    def generate(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+        out = s.shape(draw)
+        first = s.tensor(draw, out if inplace else s.broadcast_to(draw, out), dtype, mutable=inplace)
+        args = [first] + [s.tensor(draw, s.broadcast_to(draw, out), dtype) for _ in range(count - 1)]
+        if scalar_name is None:
+            return args, {}
+        # Scalars are drawn representable in the dtype (PyTorch would wrap -1 to 255 for uint8).
+        ints = (2, 1, 0) if dtype in (torch.uint8, torch.bool) else (2, -1, 1)
+        value = draw(st.sampled_from(scalars if dtype.is_floating_point else ints))
+        return (args + [value], {}) if scalar_name == "positional" else (args, {scalar_name: value})
+    return generate
+
+
+def where(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    out = s.shape(draw)
+    return [s.tensor(draw, s.broadcast_to(draw, out), torch.bool),
+            s.tensor(draw, s.broadcast_to(draw, out), dtype), s.tensor(draw, s.broadcast_to(draw, out), dtype)], {}
+
+
+def _dims_of(draw: s.Draw, ndim: int) -> list[int]:
+    if ndim == 0:
+        return draw(st.sampled_from([[], [0], [-1]]))
+    return draw(st.lists(st.integers(0, ndim - 1), unique=True, max_size=ndim))
+
+
+def reduce_all(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    return [s.tensor(draw, s.shape(draw), dtype)], {}
+
+
+def reduce_dims(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    dims = s.shape(draw)
+    return [s.tensor(draw, dims, dtype), _dims_of(draw, len(dims)), draw(st.booleans())], {}
+
+
+def argmax(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    dims = s.shape(draw)
+    dim = draw(st.one_of(st.none(), st.integers(-max(len(dims), 1), max(len(dims), 1) - 1)))
+    return [s.tensor(draw, dims, dtype), dim, draw(st.booleans())], {}
+
+
+def softmax(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    dims = s.shape(draw)
+    return [s.tensor(draw, dims, dtype), draw(st.integers(-max(len(dims), 1), max(len(dims), 1) - 1)), False], {}
+
+
+_SIDE = st.one_of(st.integers(0, 8), st.sampled_from([15, 33, 64, 65, 130]))
+
+
+def mm(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    m, k, n = draw(_SIDE), draw(_SIDE), draw(_SIDE)
+    return [s.tensor(draw, [m, k], dtype), s.tensor(draw, [k, n], dtype)], {}
+
+
+def bmm(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    b, m, k, n = draw(st.integers(0, 3)), draw(_SIDE), draw(_SIDE), draw(_SIDE)
+    return [s.tensor(draw, [b, m, k], dtype), s.tensor(draw, [b, k, n], dtype)], {}
+
+
+def addmm(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    m, k, n = draw(_SIDE), draw(_SIDE), draw(_SIDE)
+    bias = draw(st.sampled_from([[m, n], [n], [1, n], [m, 1], []]))
+    kwargs = {"beta": draw(st.sampled_from([1.0, 0.0, 0.5])), "alpha": draw(st.sampled_from([1.0, -2.0]))}
+    return [s.tensor(draw, bias, dtype), s.tensor(draw, [m, k], dtype), s.tensor(draw, [k, n], dtype)], kwargs
+
+
+def copy(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    dims = s.shape(draw)
+    sources = [dt for dt in DTYPES.values() if mask >> abi.DTYPE_TO_FL[dt] & 1 and dt != torch.complex64]
+    src_dtype = draw(st.sampled_from(sources or [dtype]))
+    # PyTorch leaves float -> integer undefined for NaN, inf and out-of-range values.
+    finite = src_dtype.is_floating_point and not dtype.is_floating_point and dtype != torch.bool
+    src = s.tensor(draw, s.broadcast_to(draw, dims), src_dtype, finite=finite)
+    return [s.tensor(draw, dims, dtype, mutable=True), src, False], {}
+
+
+def fill(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    return [s.tensor(draw, s.shape(draw), dtype, mutable=True), s.scalar(draw, dtype, allow_float=False)], {}
+
+
+def _inplace_pairs(make: Callable[[bool], Generator], names: list[str], overload: str = "") -> dict:
+    """'exp' -> {'exp': ..., 'exp_': ...} (with '.Tensor' style overloads appended)."""
+    table = {}
+    for name in names:
+        table[name + overload] = OpSpec(make(False))
+        table[name + "_" + overload] = OpSpec(make(True))
+    return table
+
+
+def _sweeping(table: dict) -> dict:
+    return {op: OpSpec(spec.generate, sweep_16bit=True) for op, spec in table.items()}
+
+
+OPSPECS: dict[str, OpSpec] = {
+    **_inplace_pairs(lambda i: binary(i, alpha=True), ["add", "sub"], ".Tensor"),
+    **_inplace_pairs(lambda i: binary(i, alpha=True, scalar_other=True), ["add", "sub"], ".Scalar"),
+    **_inplace_pairs(lambda i: binary(i), ["mul", "div"], ".Tensor"),
+    **_inplace_pairs(lambda i: binary(i, scalar_other=True), ["mul", "div"], ".Scalar"),
+    "rsub.Scalar": OpSpec(binary(alpha=True, scalar_other=True)),
+    "maximum": OpSpec(binary()), "minimum": OpSpec(binary()),
+    **{f"{cmp}.Tensor": OpSpec(binary()) for cmp in ("eq", "ne", "gt", "lt", "ge", "le")},
+    **{f"{cmp}.Scalar": OpSpec(binary(scalar_other=True)) for cmp in ("eq", "ne", "gt", "lt", "ge", "le")},
+    **_sweeping(_inplace_pairs(unary, ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sigmoid",
+                                       "tanh", "relu"])),
+    "pow.Tensor_Scalar": OpSpec(pow_scalar()), "pow_.Scalar": OpSpec(pow_scalar(True)),
+    "clamp": OpSpec(clamp()), "clamp_": OpSpec(clamp(True)),
+    "where.self": OpSpec(where),
+    **_inplace_pairs(lambda i: same_shape(2, "positional", i, (0.5, 0.25, -1.0, 2.0)), ["lerp"], ".Scalar"),
+    **_inplace_pairs(lambda i: same_shape(3, "value", i), ["addcmul", "addcdiv"]),
+    "threshold_backward": OpSpec(same_shape(2, "positional", scalars=(0.0, 0.5, -1.0))),
+    "sigmoid_backward": OpSpec(same_shape(2)), "tanh_backward": OpSpec(same_shape(2)),
+    "sum": OpSpec(reduce_all), "mean": OpSpec(reduce_all), "max": OpSpec(reduce_all), "min": OpSpec(reduce_all),
+    "sum.dim_IntList": OpSpec(reduce_dims), "mean.dim": OpSpec(reduce_dims), "argmax": OpSpec(argmax),
+    "_softmax": OpSpec(softmax), "_log_softmax": OpSpec(softmax),
+    "mm": OpSpec(mm), "bmm": OpSpec(bmm), "addmm": OpSpec(addmm),
+    "copy_": OpSpec(copy), "fill_.Scalar": OpSpec(fill), "zero_": OpSpec(unary(inplace=True)),
+}
+
+
+def cases(op: str, dtype: torch.dtype, mask: int) -> st.SearchStrategy[dict]:
+    """Hypothesis strategy of whole cases for one kernel and dtype."""
+    spec = OPSPECS[op]
+
+    @st.composite
+    def case(draw: s.Draw) -> dict:
+        args, kwargs = spec.generate(draw, dtype, mask)
+        return {"op": op, "dtype": NAMES[dtype], "args": args, "kwargs": kwargs,
+                "shift": s.byte_shift(draw), "out_shift": s.byte_shift(draw)}
+    return case()
+
+
+def sweep_case(op: str, dtype: torch.dtype) -> dict | None:
+    """Every 16-bit input at once, for unary float ops on float16/bfloat16."""
+    if not OPSPECS[op].sweep_16bit or dtype not in (torch.float16, torch.bfloat16):
+        return None
+    recipe = {"bits": "all", "dtype": NAMES[dtype], "shape": [1 << 16]}
+    return {"op": op, "dtype": NAMES[dtype], "args": [{"tensor": recipe}], "kwargs": {}, "shift": 0,
+            "out_shift": 0}

@@ -1,0 +1,144 @@
+"""Glue between pytest and the suite: options, the run's context, fixtures,
+known-failure waivers, kernel-worker planning and the JSON report.
+
+Loaded by conformance.runner with `-p conformance.pytest_plugin`; inert in a
+pytest run that does not pass --fl-plugin.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from fl_runtime.loader import Plugin
+
+from . import waivers as waiver_file
+from .harness import Device, KernelEntry, kernel_entries
+from .isolation import KernelWorkers
+from .kernel_plan import KernelTarget, jobs, precheck, targets
+from .profiles import PROFILES, Profile
+from .report import DETAILS, IDENTITY, JsonReport
+from .target import TargetError, describe, device_properties, load
+
+CONTEXT = pytest.StashKey["Context"]()
+
+
+@dataclass
+class Context:
+    """Everything one run shares: the plugin under test and how to test it."""
+    plugin: Plugin
+    library: str
+    profile: Profile
+    seed: int
+    run_known_failures: bool
+    waiver_path: Path
+    waivers: list
+    device: dict                      # device 0's raw properties
+    entries: list[KernelEntry]
+    description: dict
+    workers: KernelWorkers
+
+    def property_settings(self, **overrides) -> settings:
+        """Hypothesis settings for in-process property tests (seeded by --hypothesis-seed)."""
+        base = dict(max_examples=self.profile.property_examples, deadline=None, database=None, derandomize=False,
+                    suppress_health_check=list(HealthCheck), print_blob=False)
+        return settings(**{**base, **overrides})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("torch-fl conformance")
+    group.addoption("--fl-plugin", help="the plugin library under test")
+    group.addoption("--fl-profile", default="ci", choices=sorted(PROFILES))
+    group.addoption("--fl-seed", type=int, default=0)
+    group.addoption("--fl-json", default=None, help="write the JSON report here")
+    group.addoption("--fl-run-known-failures", action="store_true")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    library = config.getoption("fl_plugin", default=None)
+    if not library:
+        return
+    try:
+        plugin = load(library)
+        waiver_path = waiver_file.waiver_file(library)
+        waivers = waiver_file.load(waiver_path)
+    except (TargetError, waiver_file.WaiverError) as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    profile = PROFILES[config.getoption("fl_profile")]
+    seed = config.getoption("fl_seed")
+    context = Context(plugin, plugin.source.path, profile, seed, config.getoption("fl_run_known_failures"),
+                      waiver_path, waivers, device_properties(plugin, 0), kernel_entries(plugin), describe(plugin),
+                      KernelWorkers(plugin.source.path, profile, seed))
+    config.stash[CONTEXT] = context
+    config.pluginmanager.register(JsonReport(context, config.getoption("fl_json")), "torch-fl-json-report")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if CONTEXT in config.stash:
+        config.stash[CONTEXT].workers.close()
+
+
+def _identity(item: pytest.Item) -> dict:
+    target = getattr(item, "callspec", None) and item.callspec.params.get("target")
+    entry = target.entry if isinstance(target, KernelTarget) else None
+    return {"category": getattr(item.module, "CATEGORY", "?"), "op": entry.op if entry else None,
+            "dtype": target.dtype if entry else None, "variant": entry.variant_name if entry else None,
+            "test": item.name}
+
+
+@pytest.hookimpl(tryfirst=True)   # before -k deselects, so waivers match the whole suite
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if CONTEXT not in config.stash:
+        return
+    context = config.stash[CONTEXT]
+    for item in items:
+        identity = item.stash[IDENTITY] = _identity(item)
+        waiver = waiver_file.find(context.waivers, identity)
+        if waiver is None:
+            continue
+        reason = f"[known_failure] {waiver.reason}"
+        item.add_marker(pytest.mark.xfail(reason=reason, strict=False) if context.run_known_failures
+                        else pytest.mark.skip(reason=reason))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start kernel workers for exactly the kernel tests that will run, in test order."""
+    if CONTEXT not in session.config.stash:
+        return
+    context = session.config.stash[CONTEXT]
+    runnable = []
+    for item in session.items:
+        target = getattr(item, "callspec", None) and item.callspec.params.get("target")
+        skipped = any(m.name == "skip" for m in item.iter_markers())
+        if isinstance(target, KernelTarget) and not skipped and precheck(target, context.device) is None:
+            runnable.append(target)
+    context.workers.submit(jobs(runnable))
+
+
+@pytest.fixture(scope="session")
+def conformance(request: pytest.FixtureRequest) -> Context:
+    if CONTEXT not in request.config.stash:
+        pytest.skip("run through `fl-sdk test PLUGIN` (no --fl-plugin given)")
+    return request.config.stash[CONTEXT]
+
+
+@pytest.fixture
+def device(conformance: Context) -> Device:
+    return Device(conformance.plugin, 0)
+
+
+@pytest.fixture
+def details(request: pytest.FixtureRequest) -> dict:
+    """What a test wants in its JSON record (max_error, tolerance, reproducer ...)."""
+    return request.node.stash.setdefault(DETAILS, {})
+
+
+def parametrize_kernels(metafunc: pytest.Metafunc, kind: str) -> None:
+    """A suite module's pytest_generate_tests: one test per kernel target of `kind`."""
+    if "target" not in metafunc.fixturenames:
+        return
+    context = metafunc.config.stash.get(CONTEXT, None)
+    found = targets(context.entries, kind) if context else []
+    metafunc.parametrize("target", found, ids=[t.id for t in found])

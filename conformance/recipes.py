@@ -1,0 +1,106 @@
+"""Tensors from recipes: small JSON-able dicts that rebuild the exact same input.
+
+A case (one kernel call) is stored as recipes, not values, so that a worker
+process, the JSON report and a reproducer script all rebuild bit-identical
+inputs from a few numbers: a torch.Generator seed, a scale, special values
+planted at given positions, and a storage layout (dimension order, steps,
+storage offset, broadcast dimensions).  Storage the view does not cover is
+filled with other random values, so a kernel that reads holes gets them wrong.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from fl_runtime.storage import contiguous_strides
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+    "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
+    "int32": torch.int32, "int64": torch.int64, "bool": torch.bool, "complex64": torch.complex64,
+}
+NAMES: dict[torch.dtype, str] = {dt: name for name, dt in DTYPES.items()}
+MANTISSA_BITS = {torch.float64: 52, torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}
+
+
+def smallest_subnormal(dtype: torch.dtype) -> float:
+    info = torch.finfo(dtype)
+    return info.tiny * info.eps
+
+
+def special_values(dtype: torch.dtype, finite_only: bool = False) -> list:
+    """The values every kernel must get right: signed zeros, infinities, NaN,
+    subnormals, the extremes of the type and a few exact small numbers."""
+    if dtype == torch.bool:
+        return [True, False]
+    if dtype.is_floating_point:
+        info = torch.finfo(dtype)
+        sub = smallest_subnormal(dtype)
+        values = [0.0, -0.0, 1.0, -1.0, 0.5, info.eps, sub, -sub, info.tiny - sub, info.tiny, -info.tiny,
+                  info.max, -info.max, math.inf, -math.inf, math.nan]
+        return [v for v in values if math.isfinite(v) and abs(v) <= 100] if finite_only else values
+    info = torch.iinfo(dtype)
+    return sorted({0, 1, info.max, info.min, info.max - 1, info.min + 1, -1 if info.min < 0 else 2})
+
+
+def _values(dtype: torch.dtype, numel: int, seed: int, scale: float, specials: list, finite: bool) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        x = (torch.randn(numel, generator=gen, dtype=torch.float64) * scale).to(dtype)
+    elif dtype == torch.bool:
+        x = torch.randint(0, 2, (numel,), generator=gen).to(dtype)
+    else:
+        info = torch.iinfo(dtype)
+        low, high = max(info.min, -int(scale)), min(info.max, int(scale))   # high itself comes as a special
+        x = torch.randint(low, high, (numel,), generator=gen, dtype=torch.int64).to(dtype)
+    pool = special_values(dtype, finite)
+    for position, which in specials:
+        if numel:
+            x[position % numel] = pool[which % len(pool)]
+    return x
+
+
+def _all_bit_patterns(dtype: torch.dtype) -> torch.Tensor:
+    """Every 16-bit pattern once: the exhaustive sweep for float16/bfloat16 unary ops."""
+    return torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(dtype)
+
+
+def build(recipe: dict) -> torch.Tensor:
+    """The CPU tensor a tensor recipe describes (a strided view into a larger storage)."""
+    dtype = DTYPES[recipe["dtype"]]
+    if recipe.get("bits") == "all":
+        return _all_bit_patterns(dtype)
+    shape = list(recipe["shape"])
+    ndim = len(shape)
+    perm = recipe.get("perm") or list(range(ndim))
+    step = recipe.get("step") or [1] * ndim
+    expand = set(recipe.get("expand", ()))
+    offset = recipe.get("offset", 0)
+    held = [1 if d in expand else n for d, n in enumerate(shape)]   # what storage really holds
+    physical = [held[p] * step[p] for p in perm]                    # storage dims, outermost first
+    physical_strides = contiguous_strides(physical)
+    strides = [0] * ndim
+    for i, p in enumerate(perm):
+        strides[p] = physical_strides[i] * step[p]
+    numel_held = math.prod(held)
+    storage_numel = offset + (math.prod(physical) if numel_held else 0)
+    finite = recipe.get("finite", False)
+    storage = _values(dtype, storage_numel, recipe["seed"] + 1, recipe["scale"], [], finite)
+    storage.as_strided(held, strides, offset).copy_(
+        _values(dtype, numel_held, recipe["seed"], recipe["scale"], recipe.get("specials", []),
+                finite).reshape(held))
+    return storage.as_strided(shape, [0 if d in expand else s for d, s in enumerate(strides)], offset)
+
+
+def materialize(value: object) -> object:
+    """A case value -> what the kernel gets: tensors from recipes, dtypes from names."""
+    if isinstance(value, dict):
+        if "tensor" in value:
+            return build(value["tensor"])
+        if "dtype" in value:
+            return DTYPES[value["dtype"]]
+        raise ValueError(f"unknown case value {value!r}")
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return [materialize(v) for v in value]
+    return value

@@ -1,0 +1,49 @@
+"""`fl-sdk test`: run the suite on one plugin with pytest, programmatically.
+
+JUnit XML is pytest's own --junitxml; the JSON report comes from
+conformance.report's hooks.  Exit status 0 only when nothing failed.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from . import CATEGORIES
+from .profiles import ProfileError, choose
+from .target import TargetError, resolve
+
+SUITE_DIR = Path(__file__).resolve().parent / "suites"
+
+
+def pytest_args(library: str, profile: str, seed: int, junit: str | None, json_path: str | None,
+                keyword: str | None, run_known_failures: bool) -> list[str]:
+    args = [str(SUITE_DIR / f"suite_{category}.py") for category in CATEGORIES]
+    args += ["-p", "conformance.pytest_plugin", "-p", "no:cacheprovider", "-c", os.devnull,
+             "--rootdir", str(SUITE_DIR), "-o", "python_files=suite_*.py", "-q", "--tb=short",
+             f"--fl-plugin={library}", f"--fl-profile={profile}", f"--fl-seed={seed}",
+             f"--hypothesis-seed={seed}"]
+    if json_path:
+        args.append(f"--fl-json={json_path}")
+    if junit:
+        args += [f"--junitxml={junit}", "-o", "junit_suite_name=torch-fl-conformance", "-o", "junit_family=xunit2"]
+    if keyword:
+        args += ["-k", keyword]
+    if run_known_failures:
+        args.append("--fl-run-known-failures")
+    return args
+
+
+def run(plugin: str, profile: str = "ci", junit: str | None = None, json_path: str | None = None,
+        seed: int | None = None, keyword: str | None = None, run_known_failures: bool = False) -> int:
+    """Run the suite; returns the process exit status (pytest's: 0 only when nothing failed)."""
+    try:
+        chosen, run_seed = choose(profile, seed, keyword, run_known_failures)
+        library = resolve(plugin).path
+    except (ProfileError, TargetError) as exc:
+        print(f"fl-sdk test: {exc}", file=sys.stderr)
+        return 2
+    return int(pytest.main(pytest_args(library, chosen.name, run_seed, junit, json_path, keyword,
+                                       run_known_failures)))

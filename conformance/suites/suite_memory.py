@@ -1,0 +1,137 @@
+"""Memory: allocation alignment, byte-exact copies and memset, out-of-memory, accounting.
+
+Properties run with hypothesis (sizes, alignments, offsets drawn; derandomised
+by the run's seed).  All traffic goes through one stream of device 0.
+"""
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, strategies as st
+
+from fl_runtime.abi import ffi
+
+from conformance.harness import STATUS, status_name
+
+CATEGORY = "memory"
+
+SIZES = st.one_of(st.integers(1, 64), st.sampled_from([255, 256, 257, 4095, 4096, 4097, (1 << 20) + 1]),
+                  st.integers(1, 1 << 20))
+ALIGNMENTS = st.sampled_from([0] + [1 << k for k in range(0, 22)])   # 0 = the device's own
+
+
+def _payload(seed: int, size: int) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+def test_malloc_honours_alignment_and_never_overlaps(conformance, device):
+    device_alignment = device.alignment
+
+    @conformance.property_settings()
+    @given(st.lists(st.tuples(SIZES, ALIGNMENTS), min_size=1, max_size=8))
+    def allocations_are_aligned(requests):
+        blocks = []
+        try:
+            for size, alignment in requests:
+                ptr = device.malloc(size, alignment)
+                blocks.append((ptr, size))
+                need = max(alignment, device_alignment)
+                assert ptr % need == 0, (f"fl_malloc(size={size}, alignment={alignment}) returned {ptr:#x}, "
+                                         f"not a multiple of {need} (device alignment {device_alignment})")
+            ordered = sorted(blocks)
+            for (a, size_a), (b, _) in zip(ordered, ordered[1:]):
+                assert a + size_a <= b, f"allocations overlap: [{a:#x}, +{size_a}) and {b:#x}"
+        finally:
+            for ptr, _ in blocks:
+                device.free(ptr)
+
+    allocations_are_aligned()
+
+
+def test_copies_round_trip_byte_exact(conformance, device):
+    stream = device.new_stream()
+
+    @conformance.property_settings()
+    @given(st.integers(1, 70_000), st.integers(0, 67), st.integers(0, 67), st.integers(0, 2 ** 32))
+    def round_trip(size, src_offset, dst_offset, seed):
+        data = _payload(seed, size)
+        src, dst = device.malloc(src_offset + size + 64), device.malloc(dst_offset + size + 64)
+        try:
+            device.memset(stream, dst, 0, 0x5A, dst_offset + size + 64)
+            device.h2d(stream, src, src_offset, data)
+            device.d2d(stream, dst, dst_offset, src, src_offset, size)
+            whole = device.read(stream, dst, 0, dst_offset + size + 64)
+            assert whole[dst_offset:dst_offset + size] == data, "h2d -> d2d -> d2h changed the bytes"
+            assert whole[:dst_offset] == b"\x5a" * dst_offset and whole[dst_offset + size:] == b"\x5a" * 64, \
+                "d2d wrote outside [dst_offset, dst_offset + size)"
+        finally:
+            device.free(src)
+            device.free(dst)
+
+    try:
+        round_trip()
+    finally:
+        device.destroy_stream(stream)
+
+
+def test_memset_is_byte_exact_at_odd_offsets(conformance, device):
+    stream = device.new_stream()
+
+    @conformance.property_settings()
+    @given(st.integers(1, 20_000), st.data())
+    def memset_exact(total, data):
+        offset = data.draw(st.integers(0, total - 1))
+        size = data.draw(st.integers(0, total - offset))
+        value = data.draw(st.integers(0, 255))
+        before = _payload(total, total)
+        ptr = device.malloc(total)
+        try:
+            device.h2d(stream, ptr, 0, before)
+            device.memset(stream, ptr, offset, value, size)
+            expected = before[:offset] + bytes([value]) * size + before[offset + size:]
+            assert device.read(stream, ptr, 0, total) == expected, \
+                f"memset(offset={offset}, value={value}, size={size}) of {total} bytes is not byte-exact"
+        finally:
+            device.free(ptr)
+
+    try:
+        memset_exact()
+    finally:
+        device.destroy_stream(stream)
+
+
+def test_out_of_memory_is_a_status_not_a_crash(device):
+    free_before, total = device.memory_info()
+    half = total // 2 + device.alignment
+    first = device.malloc(half)
+    try:
+        out = ffi.new("fl_devptr*")
+        status = device.api.fl_malloc(device.index, half, 0, out)
+        if status == STATUS["FL_SUCCESS"]:
+            device.free(out[0])
+        assert status == STATUS["FL_ERROR_OUT_OF_MEMORY"], \
+            f"a second fl_malloc({half}) of {total} bytes returned {status_name(status)}, expected " \
+            "FL_ERROR_OUT_OF_MEMORY"
+        assert device.message().strip(), "FL_ERROR_OUT_OF_MEMORY without a last_error_message()"
+    finally:
+        device.free(first)
+    assert device.memory_info()[0] == free_before, "free memory did not return to its level after the frees"
+
+
+def test_memory_info_returns_to_baseline(conformance, device):
+    @conformance.property_settings()
+    @given(st.lists(SIZES, min_size=1, max_size=12))
+    def accounting(sizes):
+        baseline, total = device.memory_info()
+        assert baseline <= total
+        blocks = [device.malloc(size) for size in sizes]
+        try:
+            during = device.memory_info()[0]
+            assert during <= baseline - sum(sizes), \
+                f"{sum(sizes)} bytes allocated but free memory went from {baseline} to {during}"
+        finally:
+            for ptr in blocks:
+                device.free(ptr)
+        assert device.memory_info()[0] == baseline, "free memory did not return to its baseline after the frees"
+
+    accounting()

@@ -1,0 +1,288 @@
+"""Streams and events: a hypothesis state machine against a happens-before model.
+
+Three streams on device 0 get copies, memsets, kernel launches (the plugin's
+own add_.Scalar or fill_.Scalar on float32, when it declares one), event
+records and waits, queries, synchronizations and long "keep busy" copies in
+random order.  The model
+keeps a vector clock per stream and one for what the host has observed, so it
+knows which results are guaranteed: every read is checked once the host
+knows it ran.  Conflicting accesses are ordered the way a correct runtime
+would, through events, so nothing the model checks is a race: FIFO per
+stream, "a stream that waited an event sees everything before the record",
+"synchronize means done" and consistent event timings all follow.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, precondition, rule, \
+    run_state_machine_as_test
+
+from fl_runtime import abi
+from fl_runtime.abi import ffi
+from fl_runtime.schema import compile_plan
+
+from conformance.harness import STATUS, DeviceTensor, kernel_entries, launch, status_name, storage_bytes
+
+CATEGORY = "streams"
+STREAMS = 3
+FLOATS = 16384
+NBYTES = 4 * FLOATS
+BUSY_BYTES = 8 << 20                # a copy this long keeps a stream busy for a while
+KERNEL_OPS = ("add_.Scalar", "fill_.Scalar")
+
+
+def _join(a: list[int], b: list[int]) -> list[int]:
+    return [max(x, y) for x, y in zip(a, b)]
+
+
+@dataclass
+class Buffer:
+    ptr: int
+    content: bytes | None = None                     # None until first written
+    writer: tuple | None = None                      # (stream, clock) of the last write
+    readers: list = field(default_factory=list)      # (stream, clock) of reads since
+
+
+class StreamModel(RuleBasedStateMachine):
+    """Subclassed per run with `device` and `kernel` (entry, or None) set."""
+    device = None
+    kernel = None
+    buffers = Bundle("buffers")
+    events = Bundle("events")
+
+    @initialize()
+    def setup(self) -> None:
+        self.streams = [self.device.new_stream() for _ in range(STREAMS)]
+        self.clock = [[0] * STREAMS for _ in range(STREAMS)]   # what each stream's next op is ordered after
+        self.host = [0] * STREAMS                              # what the host knows has run
+        self.recorded: dict = {}                               # event -> (stream, clock) of its latest record
+        self.live_events: list = []
+        self.helpers: list = []                                # events the model uses to order accesses
+        self.pending: list = []                                # (stream, clock, host buffer, expected, what)
+        self.live_buffers: list[Buffer] = []
+        # Per stream scratch memory for keep_busy: work queued behind a long copy makes
+        # a missing wait show as wrong bytes instead of passing by luck.
+        self.scratch = [self.device.malloc(2 * BUSY_BYTES) for _ in range(STREAMS)]
+
+    # -- the model ---------------------------------------------------------------
+    def _enqueue(self, s: int) -> list[int]:
+        """Advance stream s's clock for one new op; returns the op's clock."""
+        self.clock[s] = _join(self.clock[s], self.host)
+        self.clock[s][s] += 1
+        return list(self.clock[s])
+
+    def _ordered(self, access: tuple, s: int) -> bool:
+        stream, clock = access
+        return clock[stream] <= _join(self.clock[s], self.host)[stream]
+
+    def _order_before(self, accesses: list, s: int) -> None:
+        """Make stream s wait for accesses it is not yet ordered after (as a runtime would)."""
+        for access in accesses:
+            if access is not None and not self._ordered(access, s):
+                event = self._new_event()
+                self.helpers.append(event)
+                self._record(event, access[0])
+                self._wait(s, event)
+
+    def _learn(self, clock: list[int]) -> None:
+        """The host observed completion up to `clock`: check every read that has now run."""
+        self.host = _join(self.host, clock)
+        for item in list(self.pending):
+            stream, op_clock, host_buffer, expected, what = item
+            if op_clock[stream] <= self.host[stream]:
+                self.pending.remove(item)
+                got = ffi.buffer(host_buffer, NBYTES)[:]
+                assert got == expected, f"{what}: the bytes read back differ from what the ordered writes left"
+
+    def _new_event(self):
+        out = ffi.new("fl_event*")
+        self.device.check(self.device.api.event_create(self.device.index, out), "event_create")
+        return out[0]
+
+    def _record(self, event, s: int) -> None:
+        self.device.check(self.device.api.event_record(event, self.streams[s]), "event_record")
+        self.recorded[event] = (s, self._enqueue(s))
+
+    def _wait(self, s: int, event) -> None:
+        self.device.check(self.device.api.stream_wait_event(self.streams[s], event), "stream_wait_event")
+        if event in self.recorded:
+            self.clock[s] = _join(self.clock[s], self.recorded[event][1])
+
+    def _write(self, buffer: Buffer, s: int, content: bytes) -> list[int]:
+        """Account for a write just enqueued on s (the caller ordered it first)."""
+        clock = self._enqueue(s)
+        buffer.content, buffer.writer, buffer.readers = content, (s, clock), []
+        return clock
+
+    # -- rules -------------------------------------------------------------------
+    @precondition(lambda self: len(self.live_buffers) < 6)
+    @rule(target=buffers)
+    def allocate(self) -> Buffer:
+        buffer = Buffer(self.device.malloc(NBYTES))
+        self.live_buffers.append(buffer)
+        return buffer
+
+    @rule(s=st.integers(0, STREAMS - 1))
+    def keep_busy(self, s) -> None:
+        self.device.d2d(self.streams[s], self.scratch[s], BUSY_BYTES, self.scratch[s], 0, BUSY_BYTES)
+        self._enqueue(s)
+
+    @rule(buffer=buffers, s=st.integers(0, STREAMS - 1), seed=st.integers(0, 1000))
+    def upload(self, buffer, s, seed) -> None:
+        data = storage_bytes(torch.arange(seed, seed + FLOATS, dtype=torch.float32))
+        self._order_before([buffer.writer, *buffer.readers], s)
+        self.device.h2d(self.streams[s], buffer.ptr, 0, data)
+        self._write(buffer, s, data)
+
+    @rule(buffer=buffers, s=st.integers(0, STREAMS - 1), value=st.sampled_from([0, 0x3F, 0x41]))
+    def memset(self, buffer, s, value) -> None:
+        self._order_before([buffer.writer, *buffer.readers], s)
+        self.device.memset(self.streams[s], buffer.ptr, 0, value, NBYTES)
+        self._write(buffer, s, bytes([value]) * NBYTES)
+
+    @precondition(lambda self: self.kernel is not None)
+    @rule(buffer=buffers, s=st.integers(0, STREAMS - 1), value=st.sampled_from([1.0, 2.0, -3.0]))
+    def kernel_launch(self, buffer, s, value) -> None:
+        entry = self.kernel
+        if entry.op == "add_.Scalar" and buffer.content is None:
+            return   # adding to undefined contents leaves them undefined
+        self._order_before([buffer.writer, *buffer.readers], s)
+        tensor = DeviceTensor(buffer.ptr, 0, torch.float32, (FLOATS,), (1,))
+        plan = compile_plan(entry.op)
+        launch(self.device, self.streams[s], entry, plan, plan.normalize([tensor, value], {}), [tensor])
+        if entry.op == "add_.Scalar":
+            result = torch.frombuffer(bytearray(buffer.content), dtype=torch.float32) + value
+        else:
+            result = torch.full((FLOATS,), value, dtype=torch.float32)
+        self._write(buffer, s, storage_bytes(result))
+
+    @rule(dst=buffers, src=buffers, s=st.integers(0, STREAMS - 1))
+    def copy(self, dst, src, s) -> None:
+        if dst is src or src.content is None:
+            return
+        self._order_before([src.writer, dst.writer, *dst.readers], s)
+        self.device.d2d(self.streams[s], dst.ptr, 0, src.ptr, 0, NBYTES)
+        clock = self._write(dst, s, src.content)
+        src.readers.append((s, clock))
+
+    @rule(buffer=buffers, s=st.integers(0, STREAMS - 1))
+    def download(self, buffer, s) -> None:
+        if buffer.content is None:
+            return
+        self._order_before([buffer.writer], s)
+        host_buffer = self.device.d2h(self.streams[s], buffer.ptr, 0, NBYTES)
+        clock = self._enqueue(s)
+        buffer.readers.append((s, clock))
+        self.pending.append((s, clock, host_buffer, buffer.content, f"d2h on stream {s}"))
+
+    @precondition(lambda self: len(self.live_events) < 4)
+    @rule(target=events)
+    def create_event(self) -> object:
+        event = self._new_event()
+        self.live_events.append(event)
+        return event
+
+    @rule(event=events, s=st.integers(0, STREAMS - 1))
+    def record(self, event, s) -> None:
+        self._record(event, s)
+
+    @rule(event=events, s=st.integers(0, STREAMS - 1))
+    def wait(self, event, s) -> None:
+        self._wait(s, event)
+
+    @rule(event=events)
+    def query_event(self, event) -> None:
+        status = self.device.api.event_query(event)
+        done = event in self.recorded and self._known_done(self.recorded[event])
+        assert status in (STATUS["FL_SUCCESS"], STATUS["FL_NOT_READY"]), f"event_query: {status_name(status)}"
+        assert status == STATUS["FL_SUCCESS"] or not done, "event_query says NOT_READY for an event known complete"
+        if status == STATUS["FL_SUCCESS"] and event in self.recorded:
+            self._learn(self.recorded[event][1])
+
+    @rule(event=events)
+    def synchronize_event(self, event) -> None:
+        self.device.check(self.device.api.event_synchronize(event), "event_synchronize")
+        if event in self.recorded:
+            self._learn(self.recorded[event][1])
+
+    @rule(s=st.integers(0, STREAMS - 1))
+    def query_stream(self, s) -> None:
+        status = self.device.api.stream_query(self.streams[s])
+        assert status in (STATUS["FL_SUCCESS"], STATUS["FL_NOT_READY"]), f"stream_query: {status_name(status)}"
+        if status == STATUS["FL_SUCCESS"]:
+            self._learn(self.clock[s])
+
+    @rule(s=st.integers(0, STREAMS - 1))
+    def synchronize_stream(self, s) -> None:
+        self.device.synchronize(self.streams[s])
+        self._learn(self.clock[s])
+        assert self.device.api.stream_query(self.streams[s]) == STATUS["FL_SUCCESS"], \
+            "stream_query is not FL_SUCCESS right after stream_synchronize"
+        for event, (stream, clock) in self.recorded.items():
+            if stream == s and self._known_done((stream, clock)):
+                assert self.device.api.event_query(event) == STATUS["FL_SUCCESS"], \
+                    "an event recorded before stream_synchronize is not complete after it"
+
+    @rule(buffer=consumes(buffers))
+    def free(self, buffer) -> None:
+        for stream, clock in [a for a in (buffer.writer, *buffer.readers) if a is not None]:
+            if not self._known_done((stream, clock)):
+                self.synchronize_stream(stream)
+        self.device.free(buffer.ptr)
+        self.live_buffers.remove(buffer)
+
+    @rule(s=st.integers(0, STREAMS - 1))
+    def elapsed_times_are_consistent(self, s) -> None:
+        mine = sorted(((clock[s], event) for event, (stream, clock) in self.recorded.items()
+                       if stream == s), key=lambda pair: pair[0])
+        if len(mine) < 2:
+            return
+        self.synchronize_stream(s)
+        first = mine[0][1]
+        ms, previous = ffi.new("float*"), 0.0
+        for _, later in mine[1:]:
+            self.device.check(self.device.api.event_elapsed_ms(first, later, ms), "event_elapsed_ms")
+            assert ms[0] >= previous, (f"elapsed times of events recorded in order on one stream are not "
+                                       f"monotonic: {ms[0]} ms after {previous} ms")
+            previous = ms[0]
+
+    def _known_done(self, access: tuple) -> bool:
+        stream, clock = access
+        return clock[stream] <= self.host[stream]
+
+    def teardown(self) -> None:
+        if not hasattr(self, "streams"):
+            return
+        for s in range(STREAMS):
+            self.synchronize_stream(s)
+        assert not self.pending, "reads remain unchecked after every stream was synchronized"
+        for ptr in [buffer.ptr for buffer in self.live_buffers] + self.scratch:
+            self.device.free(ptr)
+        for event in self.live_events + self.helpers:
+            self.device.check(self.device.api.event_destroy(event), "event_destroy")
+        for stream in self.streams:
+            self.device.destroy_stream(stream)
+
+
+def _kernel_for_streams(plugin):
+    """The plugin's own in-place float32 scalar kernel, if it declares one."""
+    float32 = 1 << abi.DTYPE_TO_FL[torch.float32]
+    for op in KERNEL_OPS:
+        for entry in kernel_entries(plugin):
+            if entry.op == op and entry.dtypes & float32 and entry.variant_name == "precise":
+                return entry
+    return None
+
+
+@pytest.mark.parametrize("with_kernels", [True, False], ids=["with-kernels", "copies-only"])
+def test_streams_and_events_follow_the_model(conformance, device, with_kernels):
+    kernel = _kernel_for_streams(conformance.plugin) if with_kernels else None
+    if with_kernels and kernel is None:
+        pytest.skip(f"[not_supported] the plugin declares none of {', '.join(KERNEL_OPS)} for float32")
+    machine = type("StreamModelRun", (StreamModel,), {"device": device, "kernel": kernel})
+    run_state_machine_as_test(machine, settings=conformance.property_settings(
+        max_examples=conformance.profile.stateful_examples, stateful_step_count=conformance.profile.stateful_steps))

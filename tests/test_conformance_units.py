@@ -1,0 +1,174 @@
+"""The conformance suite's own parts: tolerances, comparisons, recipes, reproducers,
+profiles, waivers, the CLI's refusals and the worker timeout."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conformance import compare, recipes, repro, waivers
+from conformance.profiles import PROFILES, Profile, ProfileError, choose
+from conformance.tolerances import EXACT, FAST_VARIANT_FACTOR, Tolerance, family, tolerance_for
+
+F32 = torch.float32
+
+
+def test_tolerance_table_lookups():
+    assert tolerance_for("add.Tensor", F32) == EXACT
+    assert tolerance_for("exp", torch.int32) == EXACT            # integer results are always exact
+    assert tolerance_for("exp_", F32) == Tolerance("ulp", ulp=3)   # Khronos fp32 exp
+    assert tolerance_for("div.Tensor", F32).ulp == 2.5
+    assert tolerance_for("pow.Tensor_Scalar", F32).ulp == 16
+    assert tolerance_for("exp", F32, fast=True).ulp == 3 * FAST_VARIANT_FACTOR
+    assert tolerance_for("sum.dim_IntList", F32).kind == "magnitude"
+    assert tolerance_for("lerp_.Scalar", torch.float16).kind == "close"
+    assert family("_softmax") == "close" and family("convolution") is None
+
+
+def test_ulp_spacing():
+    x = torch.tensor([1.0, 2.0, 0.0, 1e-40], dtype=torch.float64)
+    assert compare.ulp_of(x, F32).tolist() == [2 ** -23, 2 ** -22, 2 ** -149, 2 ** -149]
+    assert compare.ulp_of(torch.tensor([1.0], dtype=torch.float64), torch.float16).item() == 2 ** -10
+
+
+def _wide(values: list[float]) -> compare.Reference:
+    wide = torch.tensor(values, dtype=torch.float64)
+    return compare.Reference(wide.to(F32), wide, wide.abs(), None)
+
+
+def _ulp_verdict(got: list[float], ref: list[float], ulp: float = 3):
+    return compare.ulp(torch.tensor(got, dtype=F32), _wide(ref), Tolerance("ulp", ulp=ulp))
+
+
+def test_ulp_rule():
+    one_up = 1.0 + 2 ** -23
+    assert _ulp_verdict([one_up], [1.0]).ok
+    assert not _ulp_verdict([1.0 + 4 * 2 ** -23], [1.0]).ok
+    assert _ulp_verdict([math.nan], [math.nan]).ok                      # any NaN for a NaN reference
+    assert not _ulp_verdict([math.nan], [1.0]).ok and not _ulp_verdict([1.0], [math.nan]).ok
+    assert _ulp_verdict([0.0], [1e-40]).ok                              # subnormal flushed to zero
+    assert _ulp_verdict([math.inf], [math.inf]).ok and not _ulp_verdict([-math.inf], [math.inf]).ok
+    assert not _ulp_verdict([3e38], [math.inf]).ok
+
+
+def test_exact_rule_sees_sign_of_zero_and_bool_poison():
+    assert compare.exact(torch.tensor([0.0, math.nan]), compare.Reference(torch.tensor([0.0, math.nan]))).ok
+    assert not compare.exact(torch.tensor([-0.0]), compare.Reference(torch.tensor([0.0]))).ok
+    poisoned = torch.tensor([0xFF], dtype=torch.uint8).view(torch.bool)
+    assert not compare.exact(poisoned, compare.Reference(torch.tensor([True]))).ok
+
+
+def test_exact_and_close_rules_accept_the_correctly_rounded_result():
+    """PyTorch CPU rounds some float16 intermediates; the exact answer must pass too."""
+    cpu, truth = torch.tensor([-0.00039053], dtype=torch.float16), -0.00039067864418029785
+    correct = torch.tensor([truth], dtype=torch.float16)
+    assert correct != cpu
+    reference = compare.Reference(cpu, torch.tensor([truth], dtype=torch.float64))
+    assert compare.exact(correct, reference).ok and compare.exact(cpu, reference).ok
+    assert not compare.exact(torch.tensor([-0.0004], dtype=torch.float16), reference).ok
+    overflowed = compare.Reference(torch.tensor([-math.inf], dtype=torch.float16),
+                                   torch.tensor([-1068.2], dtype=torch.float64))
+    assert compare.close(torch.tensor([-1068.0], dtype=torch.float16), overflowed, tolerance_for("lerp", F32)).ok
+
+
+def test_magnitude_rule_allows_cancellation_and_order_dependent_overflow():
+    rule = Tolerance("magnitude", rtol=1e-5, atol=0.0)
+
+    def verdict(got: float, wide: float, size: float, accumulated: float | None = None):
+        as64 = lambda v: torch.tensor([v], dtype=torch.float64)   # noqa: E731
+        reference = compare.Reference(as64(wide).to(F32), as64(wide), as64(size),
+                                      None if accumulated is None else as64(accumulated))
+        return compare.magnitude(torch.tensor([got], dtype=F32), reference, rule)
+
+    assert verdict(0.0, 1.0, 2e8 + 1).ok            # 1e8 + 1 - 1e8: error 1 against a magnitude 2e8
+    assert not verdict(0.0, 1.0, 1.0).ok
+    assert verdict(math.inf, 3e38, 1e39).ok          # partial sums overflow float32: order-dependent
+    assert not verdict(math.inf, 3e30, 3e30).ok
+    assert verdict(math.nan, -7e35, 7e35, accumulated=3e39).ok   # a mean whose sum overflows
+
+
+def test_recipes_rebuild_identical_strided_tensors():
+    recipe = {"shape": [3, 4], "dtype": "float32", "seed": 7, "scale": 1.0, "specials": [[5, 15]],
+              "perm": [1, 0], "step": [2, 1], "offset": 3, "expand": []}
+    a, b = recipes.build(recipe), recipes.build(recipe)
+    assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+    assert a.storage_offset() == 3 and not a.is_contiguous() and a.isnan().sum() == 1
+    expanded = recipes.build({**recipe, "perm": None, "step": None, "expand": [0]})
+    assert expanded.stride()[0] == 0
+    every = recipes.build({"bits": "all", "dtype": "bfloat16", "shape": [65536]})
+    assert every.view(torch.int16).unique().numel() == 65536
+
+
+def test_reproducer_literal_is_python():
+    case = {"op": "add.Scalar", "args": [{"tensor": {"shape": [2], "seed": 1}}, math.inf, math.nan, -0.0],
+            "kwargs": {}}
+    rebuilt = eval(repro.literal(case))   # noqa: S307 - our own literal
+    assert rebuilt["args"][1] == math.inf and math.isnan(rebuilt["args"][2])
+    assert math.copysign(1, rebuilt["args"][3]) == -1
+    script = repro.kernel_script("/x/lib.so", "add.Scalar", "precise", "float32", case, "exact", 0, "why")
+    compile(script, "repro.py", "exec")
+
+
+def test_profiles():
+    assert choose("ci", None, None, False) == (PROFILES["ci"], 0)
+    assert choose("ci", 5, "exp", True)[1] == 5
+    for options in [(1, None, False), (None, "exp", False), (None, None, True)]:
+        with pytest.raises(ProfileError, match="fixed settings"):
+            choose("cert", *options)
+    with pytest.raises(ProfileError):
+        choose("fast", None, None, False)
+    assert PROFILES["cert"].kernel_examples > PROFILES["ci"].kernel_examples
+
+
+def test_waivers(tmp_path):
+    path = tmp_path / "known_failures.yaml"
+    path.write_text("known_failures:\n  - op: 'div*'\n    dtype: float16\n    reason: vendor bug 12\n")
+    [waiver] = waivers.load(path)
+    assert waivers.find([waiver], {"op": "div.Tensor", "dtype": "float16"}) is waiver and waiver.used == 1
+    assert waivers.find([waiver], {"op": "div.Tensor", "dtype": "float32"}) is None
+    path.write_text("known_failures:\n  - op: exp\n")
+    with pytest.raises(waivers.WaiverError, match="reason"):
+        waivers.load(path)
+    path.write_text("known_failures:\n  - opp: exp\n    reason: typo\n")
+    with pytest.raises(waivers.WaiverError, match="unknown: opp"):
+        waivers.load(path)
+
+
+def test_cli_build_still_works_and_test_refuses_bad_profile(capsys):
+    from fl_sdk.cli import main
+    assert main(["test", "reference", "--profile", "nightly"]) == 2
+    assert "unknown profile" in capsys.readouterr().err
+    assert main(["build", "/nonexistent"]) == 1
+
+
+def test_a_hanging_kernel_fails_with_its_name_and_case():
+    """A worker silent past the unit timeout is killed; its unit fails with the last case."""
+    from conformance.isolation import Job, KernelWorkers
+    from conformance.target import resolve
+    from conformance.harness import kernel_entries
+    from conformance.target import load
+
+    library = resolve("reference").path
+    entry = next(e for e in kernel_entries(load(library)) if e.op == "mm")
+    endless = Profile("test", kernel_examples=10 ** 7, property_examples=1, stateful_examples=1,
+                      stateful_steps=1, unit_timeout_s=8, fixed=False)
+    workers = KernelWorkers(library, endless, 0)
+    try:
+        workers.submit([Job(entry.index, "mm", "precise", [("numerics", "float32"), ("robustness", None)])])
+        outcome = workers.outcome(entry.index, ("numerics", "float32"))
+        assert outcome["status"] == "fail" and "did not finish within 8 s" in outcome["message"]
+        assert "kernel mm (precise) on float32" in outcome["message"]
+        assert "replay(" in outcome["reproducer"]
+        assert workers.outcome(entry.index, ("robustness", None))["status"] == "pass"   # a fresh worker
+    finally:
+        workers.close()
+
+
+def test_bit_identical_to_pytorch_cpu_always_passes():
+    """PyTorch's float16 pow(-inf, 0.5) is +inf while float64 says NaN: parity wins."""
+    cpu = torch.tensor([math.inf], dtype=torch.float16)
+    reference = compare.Reference(cpu, torch.tensor([math.nan], dtype=torch.float64))
+    assert compare.ulp(cpu.clone(), reference, tolerance_for("pow.Tensor_Scalar", torch.float16)).ok
+    assert not compare.ulp(torch.tensor([-math.inf], dtype=torch.float16), reference,
+                           tolerance_for("pow.Tensor_Scalar", torch.float16)).ok
