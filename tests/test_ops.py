@@ -81,7 +81,9 @@ def test_random_ops_are_reproducible_per_seed_and_device(fl):
     a0, a1 = torch.randn(1000, device="fl:0"), torch.randn(1000, device="fl:1")
     torch.manual_seed(5)
     b0 = torch.randn(1000, device="fl:0")
-    assert torch.equal(a0.cpu(), b0.cpu())
+    torch.randn(10, device="fl:0")                 # draws on fl:0 do not move fl:1's state
+    b1 = torch.randn(1000, device="fl:1")
+    assert torch.equal(a0.cpu(), b0.cpu()) and torch.equal(a1.cpu(), b1.cpu())
     assert abs(a0.cpu().mean()) < 0.15 and abs(a0.cpu().std() - 1) < 0.1
     u = torch.rand(1000, device="fl:0").cpu()
     assert 0 <= u.min() and u.max() < 1
