@@ -69,7 +69,16 @@ def build_mutant(mutant: Mutant, directory: Path) -> Path:
     return next(directory.glob("*.so"))
 
 
-@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+# The stream mutant is caught through timing ("keep busy" copies make a missing wait
+# show up as wrong bytes); on a loaded 2-core machine hypothesis can then spend many
+# minutes shrinking the flaky failure, so CI runs it only on request.
+_SLOW = {"stream-wait-event-ignored"}
+_PARAMS = [pytest.param(m, id=m.name, marks=pytest.mark.skipif(
+    m.name in _SLOW and not os.environ.get("FL_CONFORMANCE_SLOW_MUTANTS"),
+    reason="timing-based detection; set FL_CONFORMANCE_SLOW_MUTANTS=1 to run it")) for m in MUTANTS]
+
+
+@pytest.mark.parametrize("mutant", _PARAMS)
 def test_suite_fails_the_mutant_and_blames_it(mutant, tmp_path):
     library = build_mutant(mutant, tmp_path / "vendor")
     result, report, _ = fl_sdk_test(str(library), tmp_path, "-k", mutant.keyword)
