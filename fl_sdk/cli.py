@@ -1,40 +1,37 @@
-"""`fl-sdk`: the vendor's command line: build a plugin, test it with the conformance suite."""
+"""`fl-sdk`: the vendor's command line.
+
+Each subcommand lives in its own module under fl_sdk/commands/ and exposes
+`register(subparsers)`, which adds its parser and sets `run(args) -> int` as
+the parser's default `handler`.  Modules are imported lazily by name so a
+command that needs torch does not slow the others down.
+"""
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from .build import BuildError, build
+# Order here is the order `fl-sdk --help` lists them.
+COMMANDS = ("new", "update", "build", "test", "certify", "verify")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fl-sdk", description="Torch-FL vendor SDK")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"fl_sdk.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"fl_sdk.commands.{name}":
+                raise
+            continue     # a command still being written is simply not offered
+        module.register(subparsers)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fl-sdk", description="Torch-FL vendor SDK")
-    commands = parser.add_subparsers(dest="command", required=True)
-    build_cmd = commands.add_parser("build", help="compile a plugin directory (with plugin.yaml)")
-    build_cmd.add_argument("directory")
-    build_cmd.add_argument("--force", action="store_true", help="rebuild even if up to date")
-    build_cmd.add_argument("-v", "--verbose", action="store_true", help="print the compiler command")
-    test_cmd = commands.add_parser("test", help="run the conformance suite on a plugin")
-    test_cmd.add_argument("plugin", help="plugin library path, or the name of an installed plugin")
-    test_cmd.add_argument("--profile", default="ci", help="ci (default) or cert")
-    test_cmd.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
-    test_cmd.add_argument("--json", metavar="FILE", help="write the JSON report")
-    test_cmd.add_argument("--seed", type=int, help="hypothesis seed (default 0; not with --profile cert)")
-    test_cmd.add_argument("-k", dest="keyword", metavar="EXPR", help="only tests matching this pytest -k expression")
-    test_cmd.add_argument("--run-known-failures", action="store_true",
-                          help="run the tests known_failures.yaml waives (they still count as known failures)")
-    args = parser.parse_args(argv)
-    if args.command == "test":
-        from conformance.runner import run   # imports torch: only for this command
-        return run(args.plugin, args.profile, args.junit, args.json, args.seed, args.keyword,
-                   args.run_known_failures)
-    try:
-        path = build(args.directory, force=args.force, verbose=args.verbose)
-    except BuildError as exc:
-        print(f"fl-sdk build: {exc}", file=sys.stderr)
-        return 1
-    print(f"built {path}")
-    return 0
+    args = make_parser().parse_args(argv)
+    return args.handler(args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""One module per `fl-sdk` subcommand; see fl_sdk/cli.py."""

@@ -1,0 +1,23 @@
+"""`fl-sdk test PLUGIN`: run the conformance suite on a plugin."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    cmd = subparsers.add_parser("test", help="run the conformance suite on a plugin")
+    cmd.add_argument("plugin", help="plugin library path, or the name of an installed plugin")
+    cmd.add_argument("--profile", default="ci", help="ci (default) or cert")
+    cmd.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+    cmd.add_argument("--json", metavar="FILE", help="write the JSON report")
+    cmd.add_argument("--seed", type=int, help="hypothesis seed (default 0; not with --profile cert)")
+    cmd.add_argument("-k", dest="keyword", metavar="EXPR", help="only tests matching this pytest -k expression")
+    cmd.add_argument("--run-known-failures", action="store_true",
+                     help="run the tests known_failures.yaml waives (they still count as known failures)")
+    cmd.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from conformance.runner import run as run_suite   # imports torch: only for this command
+    return run_suite(args.plugin, args.profile, args.junit, args.json, args.seed, args.keyword,
+                     args.run_known_failures)
