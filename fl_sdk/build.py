@@ -83,9 +83,15 @@ def build(directory: str | Path, force: bool = False, verbose: bool = False) -> 
         return spec.library_path
     if verbose:
         print(" ".join(command))
+    # Link into a temporary name and rename: a process that has the old library
+    # mapped (or dlopens it right now) never sees a half-written file.
+    partial = spec.library_path.with_name(f".{spec.library_path.name}.{os.getpid()}.partial")
+    command[command.index(str(spec.library_path))] = str(partial)
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
+        partial.unlink(missing_ok=True)
         raise BuildError(f"building {spec.library} failed:\n{result.stderr.strip()}")
+    os.replace(partial, spec.library_path)
     return spec.library_path
 
 
