@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import torch
 
-from . import copies, tensors
+from . import autocast, copies, serialization, tensors
 from .device_module import make_device_module
-from .fallback import boxed_fallback, configure as configure_fallback
+from .devices import DEVICE_TYPE
+from .fallback import boxed_fallback
+from .fallback import configure as configure_fallback
 from .logs import logger
+from .rng import register_seeded_dropout
+from .streams import register_record_stream
 
-BACKEND_NAME = "fl"
+BACKEND_NAME = DEVICE_TYPE
 # Ops the runtime implements itself (they call vendor kernels for their device part).
-RUNTIME_OWNED = {"copy_", "empty.memory_format", "empty_strided", "_local_scalar_dense", "resize_"}
+RUNTIME_OWNED = {"copy_", "empty.memory_format", "empty_strided", "_local_scalar_dense", "resize_",
+                 "record_stream", "native_dropout"}
 _FAST_VIEWS = ("view", "as_strided", "_reshape_alias", "unfold", "alias")
 _CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _libraries: list = []     # registrations live as long as these objects
@@ -56,11 +61,14 @@ def install(rt) -> None:
         torch.utils.rename_privateuse1_backend(BACKEND_NAME)
     torch.utils.generate_methods_for_privateuse1_backend()
     torch._register_device_module(BACKEND_NAME, make_device_module(rt))
+    serialization.install(rt)     # torch.load / storage moves through our allocator
     torch._C._acc.register_python_privateuseone_hook(_Hooks(rt))
     torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())
     aten = torch.library.Library("aten", "IMPL")
     tensors.register(aten, rt)
     copies.register(aten, rt)
+    register_record_stream(aten, rt)
+    register_seeded_dropout(aten, rt)
     for name in _FAST_VIEWS:
         aten.impl(name, _redispatch_view(name), "PrivateUse1")
     unknown = rt.launcher.register(aten, rt.op_names, skip=RUNTIME_OWNED | set(_FAST_VIEWS))
@@ -68,8 +76,9 @@ def install(rt) -> None:
         logger.warning("plugins offer kernels for ops PyTorch does not know (ignored): %s", unknown)
     catch_all = torch.library.Library("_", "IMPL")
     catch_all.fallback(boxed_fallback, "PrivateUse1")
-    configure_fallback(rt.config.fallback.enable_cpu_fallback)
+    configure_fallback(rt.launcher.chain)
     _libraries.extend([aten, catch_all])
+    autocast.register()     # the cast policy of torch.autocast("fl")
     # PyTorch's Python device guard reports one device, so the autograd engine
     # has a worker queue for fl:0 only and asserts on backward over fl:1.
     # Running backward on the calling thread avoids those queues.  The switch

@@ -13,6 +13,9 @@ from .config import Config
 from .loader import Plugin
 from .logs import logger
 
+# The device type PyTorch sees (PrivateUse1 renamed): "fl:0", torch.autocast("fl").
+DEVICE_TYPE = "fl"
+
 
 @dataclass
 class DeviceInfo:

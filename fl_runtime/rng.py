@@ -42,3 +42,22 @@ class DeviceRNG:
     def set_state(self, index: int, state: torch.Tensor) -> None:
         seed, offset = (int(v) for v in state.to(torch.int64).tolist())
         self._seeds[index], self._offsets[index] = seed, offset
+
+
+def register_seeded_dropout(library, rt) -> None:
+    """aten::native_dropout for fl, built on bernoulli_ so torch.manual_seed governs it.
+
+    native_dropout's schema has no Generator, so a vendor kernel for it gets no
+    (seed, offset) and draws from its own, unseeded stream: training with
+    dropout would not be reproducible.  bernoulli_ takes the generator, so the
+    mask comes from this device's (seed, offset) like every other random op
+    (three kernels instead of one; autograd still uses native_dropout_backward).
+    """
+    def native_dropout(input: torch.Tensor, p: float, train: bool | None):
+        if not train or p == 0:
+            return input.clone(), torch.ones_like(input, dtype=torch.bool)
+        keep = torch.empty_like(input).bernoulli_(1.0 - p)
+        scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
+        return input * keep * scale, keep.bool()
+
+    library.impl("native_dropout", native_dropout, "PrivateUse1")

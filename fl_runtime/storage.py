@@ -26,7 +26,7 @@ typedef struct DLManagedTensor { DLTensor dl_tensor; void *manager_ctx;
                                  void (*deleter)(struct DLManagedTensor *); } DLManagedTensor;
 """)
 _KDL_EXT_DEV = 12
-_DL_DTYPES = {  # torch dtype -> (DLPack type code, bits)
+DL_DTYPES = {  # torch dtype -> (DLPack type code, bits)
     torch.float32: (2, 32), torch.float64: (2, 64), torch.float16: (2, 16), torch.bfloat16: (4, 16),
     torch.int8: (0, 8), torch.int16: (0, 16), torch.int32: (0, 32), torch.int64: (0, 64),
     torch.uint8: (1, 8), torch.bool: (6, 8), torch.complex64: (5, 64),
@@ -107,7 +107,7 @@ def contiguous_strides(shape) -> list[int]:
 def wrap_block(block, release, device_index: int, shape, stride, dtype: torch.dtype) -> torch.Tensor:
     """A tensor on fl:<device_index> viewing `block` (None for an empty tensor)."""
     ndim = len(shape)
-    code, bits = _DL_DTYPES[dtype]
+    code, bits = DL_DTYPES[dtype]
     data = block.ptr if block is not None else 0
     if ndim <= _MAX_SLOT_DIMS:
         slot = _slots.take()

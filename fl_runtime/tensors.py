@@ -30,7 +30,7 @@ def register(library: torch.library.Library, rt) -> None:
         return empty_strided(size, stride, dtype, layout, device, pin_memory)
 
     def local_scalar_dense(self):
-        host = torch.empty((), dtype=self.dtype)
+        host = torch.empty(self.shape, dtype=self.dtype)   # .item() also takes [1], [1, 1] ...
         rt.copy_to_host(self, host)
         return host.item()
 

@@ -109,3 +109,18 @@ def test_repeated_signature_with_changing_scalars_and_random_state(fl):
     assert not torch.equal(first, second)
     other = values((3, 4), 8).to("fl:0")
     assert torch.equal((other + 1).cpu(), other.cpu() + 1)     # same signature, other addresses
+
+
+@pytest.mark.parametrize("make", [lambda: torch.tensor(2.5), lambda: torch.tensor([2.5]),
+                                  lambda: torch.tensor([[2.5]]), lambda: torch.tensor([[1.0], [2.5], [3.0]])[1]],
+                         ids=["0-d", "[1]", "[1,1]", "view-with-offset"])
+def test_item_reads_any_one_element_tensor(fl, make):
+    host = make()
+    on_fl = torch.tensor([[1.0], [2.5], [3.0]]).to("fl:0")[1] if host.storage_offset() else host.to("fl:0")
+    assert on_fl.item() == 2.5
+
+
+def test_a_dtype_the_abi_lacks_is_refused_by_name(fl):
+    from torch_fl import FLError
+    with pytest.raises(FLError, match="uint64 tensors cannot live on fl:0.*keep this tensor on the CPU"):
+        torch.zeros(2, dtype=torch.uint64).to("fl:0")
