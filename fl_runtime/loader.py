@@ -3,7 +3,9 @@
 Sources, in order: installed packages (entry-point group 'torch_fl.plugins',
 each entry a callable returning the library path), the TORCH_FL_PLUGINS path
 list, and the config's `plugins:` list.  A plugin that fails to load is logged
-and recorded in `load_failures`; it never stops the others.
+and recorded in `load_failures`; it never stops the others.  Each library's
+certification status is settled before it is loaded (fl_runtime.certification):
+with `certification.require_certified` on, an uncertified one is never dlopened.
 """
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ from pathlib import Path
 
 from . import abi
 from .abi import ffi
-from .errors import IncompatibleABIError, PluginLoadError, VendorError
+from .certification import CertificationPolicy, CertificationStatus
+from .errors import IncompatibleABIError, PluginLoadError, UncertifiedPluginError, VendorError
 from .logs import logger
 
 ENTRY_POINT_GROUP = "torch_fl.plugins"
+DISABLE_ENTRY_POINTS_ENV = "TORCH_FL_DISABLE_ENTRY_POINTS"
 
 # The fl_api fields ABI 1.0 defines; a table shorter than this is refused.
 _REQUIRED_FIELD = "launch_kernel"
@@ -40,8 +44,9 @@ class LoadFailure:
 class Plugin:
     """One loaded vendor library and its negotiated function table."""
 
-    def __init__(self, source: PluginSource, lib, api) -> None:
+    def __init__(self, source: PluginSource, lib, api, certification: CertificationStatus) -> None:
         self.source = source
+        self.certification = certification    # .certified, .reason: shown by `torch-fl devices`
         self.lib = lib          # keeps the library mapped for the process lifetime
         self.api = api
         info = api.info
@@ -67,9 +72,12 @@ def _string(cdata) -> str:
 
 
 def discover_sources(config_plugins: tuple[str, ...] = ()) -> list[PluginSource]:
-    """Every plugin library the machine offers, without loading any of them."""
+    """Every plugin library the machine offers, without loading any of them.
+
+    TORCH_FL_DISABLE_ENTRY_POINTS=1 ignores installed packages, so that only
+    TORCH_FL_PLUGINS and the config count (tests, doctor, pinning one build)."""
     sources: list[PluginSource] = []
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for entry in entry_point_plugins():
         try:
             path = entry.load()()
             sources.append(PluginSource(entry.name, str(path), "entry point"))
@@ -80,6 +88,18 @@ def discover_sources(config_plugins: tuple[str, ...] = ()) -> list[PluginSource]
     for path in config_plugins:
         sources.append(PluginSource(Path(path).stem, path, "config"))
     return _dedupe(sources)
+
+
+def entry_points_disabled() -> bool:
+    return os.environ.get(DISABLE_ENTRY_POINTS_ENV, "") not in ("", "0")
+
+
+def entry_point_plugins() -> list:
+    """The installed packages' plugin entry points (none when disabled by the environment)."""
+    if entry_points_disabled():
+        logger.debug("%s is set: plugin entry points are ignored", DISABLE_ENTRY_POINTS_ENV)
+        return []
+    return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
 
 
 def _dedupe(sources: list[PluginSource]) -> list[PluginSource]:
@@ -93,12 +113,14 @@ def _dedupe(sources: list[PluginSource]) -> list[PluginSource]:
     return unique
 
 
-def load_plugin(source: PluginSource) -> Plugin:
-    """dlopen one library and negotiate; raises PluginLoadError or IncompatibleABIError."""
+def load_plugin(source: PluginSource, policy: CertificationPolicy | None = None) -> Plugin:
+    """Check certification, dlopen one library and negotiate; raises PluginLoadError,
+    UncertifiedPluginError (policy requires a certificate) or IncompatibleABIError."""
     logger.debug("loading plugin '%s' from %s (%s)", source.name, source.path, source.origin)
     if not os.path.isfile(source.path):
         raise PluginLoadError(source.name, f"library {source.path} does not exist "
                               f"(found via {source.origin}); build or reinstall the plugin")
+    certification = _certify_before_load(source, policy or CertificationPolicy())
     try:
         lib = ffi.dlopen(source.path)
     except OSError as exc:
@@ -108,7 +130,29 @@ def load_plugin(source: PluginSource) -> Plugin:
     except AttributeError:
         raise PluginLoadError(source.name, f"{source.path} does not export '{abi.ENTRY_SYMBOL}': "
                               "it is not a Torch-FL plugin") from None
-    return Plugin(source, lib, _negotiate(source, get_api))
+    return Plugin(source, lib, _negotiate(source, get_api), certification)
+
+
+def _certify_before_load(source: PluginSource, policy: CertificationPolicy) -> CertificationStatus:
+    """The library's certification status, checked on the very file about to be loaded."""
+    before = _identity(source.path)
+    status = policy.assess(source.name, source.path)
+    logger.debug("plugin '%s' certification: %s", source.name, status.reason)
+    if not policy.require_certified:
+        return status
+    if not status.certified:
+        raise UncertifiedPluginError(source.name, status)
+    # A file swapped between hashing and dlopen (a rebuild renames over it) must
+    # not inherit the certificate; an in-place rewrite in that instant is not caught.
+    if _identity(source.path) != before:
+        raise PluginLoadError(source.name, f"{source.path} changed while its certificate was being "
+                              "checked; load again once the rebuild or install has finished")
+    return status
+
+
+def _identity(path: str) -> tuple[int, int, int, int]:
+    info = os.stat(path)
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
 
 
 def _negotiate(source: PluginSource, get_api):
@@ -136,14 +180,24 @@ def _negotiate(source: PluginSource, get_api):
     return api
 
 
-def load_all(sources: list[PluginSource]) -> tuple[list[Plugin], list[LoadFailure]]:
-    """Load every source; failures are logged and returned, never raised."""
+def load_all(sources: list[PluginSource], policy: CertificationPolicy | None = None,
+             ) -> tuple[list[Plugin], list[LoadFailure]]:
+    """Load every source; failures are logged and returned, never raised.
+
+    `policy` defaults to the config file's `certification:` section."""
+    policy = policy or _policy_in_effect()
     plugins, failures = [], []
     for source in sources:
         try:
-            plugins.append(load_plugin(source))
+            plugins.append(load_plugin(source, policy))
             logger.info("loaded plugin '%s' from %s", source.name, source.path)
         except Exception as exc:
             logger.warning("skipping plugin '%s': %s", source.name, exc)
             failures.append(LoadFailure(source, exc))
     return plugins, failures
+
+
+def _policy_in_effect() -> CertificationPolicy:
+    # The runtime hands its Config's section in; a caller that does not gets the file's.
+    from .config import load_config
+    return CertificationPolicy.from_config(load_config().certification)

@@ -12,7 +12,7 @@ import importlib
 import sys
 
 # Order here is the order `fl-sdk --help` lists them.
-COMMANDS = ("new", "update", "build", "test", "certify", "verify")
+COMMANDS = ("new", "update", "build", "test", "keygen", "certify", "verify")
 
 
 def make_parser() -> argparse.ArgumentParser:

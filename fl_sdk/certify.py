@@ -1,0 +1,167 @@
+"""Conformance certificates, the certifier's side: keys, payload, signature.
+
+The payload is built from the JSON report of a `cert` profile run (see
+conformance.report) and only from a run that passed: a report of another
+profile, with any failure, or for another build of the library is refused.
+Verification is fl_runtime.certification's job; this module alone touches the
+private key.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import tempfile
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from fl_runtime.certification import FORMAT, Certificate, canonical_bytes, key_id
+
+CERT_PROFILE = "cert"
+_PRIVATE_MODE = 0o600
+
+
+class CertifyError(RuntimeError):
+    """A certificate cannot be issued (bad key, or a report that does not earn one)."""
+
+
+# -- keys ----------------------------------------------------------------------
+def generate_key(path: str | Path, overwrite: bool = False) -> tuple[Path, Path, str]:
+    """Write a new Ed25519 private key (PEM, mode 0600) at `path` and its public key
+    at `path`.pub; returns (private path, public path, key id)."""
+    private_path, public_path = Path(path), Path(str(path) + ".pub")
+    if not overwrite:
+        for existing in (private_path, public_path):
+            if existing.exists():
+                raise CertifyError(f"{existing} already exists; pass --force to replace the key "
+                                   "(certificates it signed will no longer verify against a new key)")
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    _write_private(private_path, pem)
+    public = key.public_key()
+    public_path.write_bytes(public.public_bytes(serialization.Encoding.PEM,
+                                                serialization.PublicFormat.SubjectPublicKeyInfo))
+    return private_path, public_path, key_id(public)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    # Created 0600 from the start (not chmod-ed after), so it is never readable by others.
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _PRIVATE_MODE)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def load_private_key(path: str | Path) -> Ed25519PrivateKey:
+    """The certifier's key; refused when others may read it (as ssh does)."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode & 0o777
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CertifyError(f"cannot read private key {path}: {exc}; create one with `fl-sdk keygen`") from exc
+    if mode & 0o077:
+        raise CertifyError(f"private key {path} is readable by others (mode {mode:o}): chmod 600 {path}")
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise CertifyError(f"{path} is not an unencrypted PEM private key: {exc}") from exc
+    if not isinstance(key, Ed25519PrivateKey):
+        raise CertifyError(f"{path} holds a {type(key).__name__}; certificates need an Ed25519 key "
+                           "(`fl-sdk keygen`)")
+    return key
+
+
+# -- payload -------------------------------------------------------------------
+def check_report(report: Mapping[str, Any], library_sha256: str) -> None:
+    """Raise CertifyError unless the report is a passing cert run of exactly this library."""
+    profile = (report.get("profile") or {}).get("name")
+    if profile != CERT_PROFILE:
+        raise CertifyError(f"the report is from the '{profile}' profile; only a '{CERT_PROFILE}' run earns a "
+                           f"certificate (fl-sdk test PLUGIN --profile {CERT_PROFILE} --json FILE)")
+    summary = report.get("summary") or {}
+    if summary.get("fail", 0) or report.get("exit_status") != 0:
+        failed = [t.get("nodeid") for t in report.get("tests", []) if t.get("status") == "fail"][:10]
+        raise CertifyError(f"the run did not pass ({summary.get('fail', '?')} failed, exit status "
+                           f"{report.get('exit_status')}): fix {', '.join(failed) or 'the failures'} first")
+    if not summary.get("total") or not summary.get("pass"):
+        raise CertifyError("the report records no passing test; it cannot certify anything")
+    reported = (report.get("plugin") or {}).get("sha256")
+    if not reported:
+        raise CertifyError("the report does not record the library's sha256, so it cannot be tied to a "
+                           "binary: run `fl-sdk certify PLUGIN --key KEY` without --report")
+    if reported != library_sha256:
+        raise CertifyError(f"the report is for a library with sha256 {reported[:16]}…, this one is "
+                           f"{library_sha256[:16]}…: it was rebuilt since; run the cert profile again")
+    if not report.get("torch_version") or not report.get("suite_version"):
+        raise CertifyError("the report does not record the torch and suite versions it ran with")
+
+
+def build_payload(report: Mapping[str, Any], library_path: str | Path, library_sha256: str) -> dict[str, Any]:
+    """What the signature covers, from a passing cert report (checked here first)."""
+    check_report(report, library_sha256)
+    plugin = report["plugin"]
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return {
+        "format": FORMAT,
+        "plugin": {"name": plugin.get("name"), "vendor": plugin.get("vendor"), "version": plugin.get("version"),
+                   "file": Path(library_path).name, "sha256": library_sha256,
+                   "size_bytes": Path(library_path).stat().st_size},
+        "abi_version": plugin.get("abi_version"),
+        "suite_version": report["suite_version"],
+        "torch_version": report["torch_version"],
+        "profile": CERT_PROFILE,
+        "seed": report.get("seed"),
+        "report_generated_at": report.get("generated_at"),
+        "issued_at": now,
+        "results": {k: v for k, v in report["summary"].items() if isinstance(v, int)},
+        "categories": report["summary"].get("categories", {}),
+        "coverage": coverage(report.get("tests", [])),
+        "known_failures": sorted(t["nodeid"] for t in report.get("tests", []) if t.get("status") == "known_failure"),
+    }
+
+
+def coverage(tests: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per op, the `dtype/variant` numerics cases that passed; ops with none that
+    the suite could not check.  Only numerics count (they name a dtype): the
+    robustness tests also name ops, but a launch that does not crash is not coverage."""
+    passed: dict[str, set[str]] = defaultdict(set)
+    untested: set[str] = set()
+    for test in tests:
+        op, dtype = test.get("op"), test.get("dtype")
+        if not op or not dtype:
+            continue
+        if test.get("status") == "pass":
+            passed[op].add(f"{dtype}/{test.get('variant') or 'default'}")
+        elif test.get("status") == "untested":
+            untested.add(op)
+    return {"ops": {op: sorted(cases) for op, cases in sorted(passed.items())},
+            "untested_ops": sorted(untested - set(passed))}
+
+
+# -- signing -------------------------------------------------------------------
+def sign(payload: dict[str, Any], private_key: Ed25519PrivateKey) -> Certificate:
+    return Certificate(payload, private_key.sign(canonical_bytes(payload)), key_id(private_key.public_key()))
+
+
+def write_certificate(certificate: Certificate, path: str | Path) -> Path:
+    """Write atomically: a runtime reading the certificate never sees half of it."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(certificate.to_json())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return path
+
+
+def certify_report(report: Mapping[str, Any], library_path: str | Path, library_sha256: str,
+                   key_path: str | Path, out: str | Path) -> Path:
+    """Check the report, sign its payload with the key at `key_path`, write `out`."""
+    key = load_private_key(key_path)
+    return write_certificate(sign(build_payload(report, library_path, library_sha256), key), out)
