@@ -32,6 +32,7 @@ SUCCESS: int = _consts.FL_SUCCESS
 NOT_READY: int = _consts.FL_NOT_READY
 ERROR_OUT_OF_MEMORY: int = _consts.FL_ERROR_OUT_OF_MEMORY
 ERROR_INCOMPATIBLE_ABI: int = _consts.FL_ERROR_INCOMPATIBLE_ABI
+ERROR_NOT_SUPPORTED: int = _consts.FL_ERROR_NOT_SUPPORTED
 
 STATUS_NAMES: dict[int, str] = dict(ffi.typeof("fl_status").elements)
 

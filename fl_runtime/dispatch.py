@@ -5,45 +5,69 @@ Each op any plugin implements gets one PyTorch kernel for PrivateUse1; per
 call it finds the device, picks the vendor entry with one dict lookup, takes
 output layouts from the meta cache, allocates outputs, orders the launch after
 pending writes on other streams, marshals and launches.  Calls the vendor
-cannot take (no kernel on this device, dtype not declared) go to the CPU
-fallback.
+cannot take (no kernel on this device, dtype not declared) go to the fallback
+chain (chain.py).
+
+Variants (F9): when a vendor offers a precise and a fast kernel for an op, the
+config's `kernels:` policy picks one per op when the table is built; an op
+whose pick is precise but has a fast kernel keeps that one aside for calls
+made under torch.autocast("fl") (one attribute test per call otherwise).
+While a profile is active, launches are timed and bracketed by vendor events.
 """
 from __future__ import annotations
 
+from time import perf_counter_ns
+
 import torch
 
-from . import abi, op_stats
+from . import abi, profiler
 from .abi import ffi
+from .chain import FallbackChain
+from .config import KernelsConfig
 from .devices import DeviceInfo
-from .fallback import run_on_cpu
 from .logs import logger
 from .marshal import MarshalError, marshal
 from .schema import OpPlan, compile_plan
 from .shapes import OutputSpecCache
+from .streams import Event
 
 _FL_DTYPE = abi.DTYPE_TO_FL
+_VARIANT_NAMES = abi.VARIANT_NAMES
+_NATIVE = profiler.NATIVE
+_DECLINED = abi.ERROR_NOT_SUPPORTED   # launch_kernel's "not these arguments" (see fl_abi.h)
+
+
+def _declined_reason(device: DeviceInfo) -> str:
+    raw = device.plugin.api.last_error_message()
+    message = ffi.string(raw).decode(errors="replace") if raw != ffi.NULL else ""
+    return f"launch_kernel returned FL_ERROR_NOT_SUPPORTED: {message or 'no message'}"
+_is_autocast_enabled = torch.is_autocast_enabled
 
 
 class KernelChoice:
-    """The vendor entry for one (device, op): the variant the policy picked."""
-    __slots__ = ("entry", "dtypes", "variant", "launch_fn")
+    """The vendor entry for one (device, op): the variant the policy picked, and
+    the fast entry to use instead under autocast (None when there is no switch)."""
+    __slots__ = ("autocast", "dtypes", "entry", "launch_fn", "variant", "variant_name")
 
     def __init__(self, entry, dtypes: int, variant: int, launch_fn) -> None:
         self.entry = entry
         self.dtypes = dtypes
         self.variant = variant
         self.launch_fn = launch_fn     # the plugin's launch_kernel, fetched once
+        self.variant_name = _VARIANT_NAMES.get(variant, f"variant {variant}")
+        self.autocast: KernelChoice | None = None
 
 
-def build_op_table(devices: list[DeviceInfo], variant_policy: str = "precise") -> set[str]:
+def build_op_table(devices: list[DeviceInfo], policy: KernelsConfig | None = None) -> set[str]:
     """Fill each device's `kernels` map; return the union of op names."""
+    policy = policy or KernelsConfig()
     per_plugin: dict[int, dict[str, KernelChoice]] = {}
     for dev in devices:
         plugin = dev.plugin
         if id(plugin) not in per_plugin:
             try:
-                per_plugin[id(plugin)] = _read_kernel_table(plugin, variant_policy)
-            except Exception as exc:   # its devices still work, through the fallbacks
+                per_plugin[id(plugin)] = _read_kernel_table(plugin, policy)
+            except Exception as exc:  # noqa: BLE001 - its devices still work, through the fallbacks
                 logger.warning("plugin '%s' gave no usable kernel table (%s); every op on its "
                                "devices will use the fallbacks", plugin.name, exc)
                 per_plugin[id(plugin)] = {}
@@ -51,20 +75,29 @@ def build_op_table(devices: list[DeviceInfo], variant_policy: str = "precise") -
     return {name for table in per_plugin.values() for name in table}
 
 
-def _read_kernel_table(plugin, variant_policy: str) -> dict[str, KernelChoice]:
+def _read_kernel_table(plugin, policy: KernelsConfig) -> dict[str, KernelChoice]:
     entries = ffi.new("fl_kernel_entry**")
     count = ffi.new("uint32_t*")
     plugin.check(plugin.api.kernel_table(ffi.cast("const fl_kernel_entry**", entries), count), "kernel_table")
-    wanted = 1 if variant_policy == "fast" else 0
-    table: dict[str, KernelChoice] = {}
+    offered: dict[str, dict[str, KernelChoice]] = {}      # op -> variant name -> first entry
     for i in range(count[0]):
         entry = entries[0] + i
-        name = ffi.string(entry.op).decode()
-        known = table.get(name)
-        if known is None or (entry.variant == wanted and known.variant != wanted):
-            table[name] = KernelChoice(entry, entry.dtypes, entry.variant, plugin.api.launch_kernel)
+        choice = KernelChoice(entry, entry.dtypes, entry.variant, plugin.api.launch_kernel)
+        offered.setdefault(ffi.string(entry.op).decode(), {}).setdefault(choice.variant_name, choice)
+    table = {name: _pick_variant(name, variants, policy) for name, variants in offered.items()}
     logger.debug("plugin '%s' offers %d kernels for %d ops", plugin.name, count[0], len(table))
     return table
+
+
+def _pick_variant(name: str, variants: dict[str, KernelChoice], policy: KernelsConfig) -> KernelChoice:
+    """Per-op pin > global policy; an unpinned precise pick keeps the fast one for autocast."""
+    pinned = policy.variant_for(name)
+    wanted = pinned or policy.variant
+    choice = variants.get(wanted) or next(iter(variants.values()))
+    fast = variants.get(profiler.FAST)
+    if pinned is None and policy.fast_under_autocast and fast is not None and fast is not choice:
+        choice.autocast = fast
+    return choice
 
 
 class Launcher:
@@ -72,7 +105,10 @@ class Launcher:
 
     def __init__(self, runtime) -> None:
         self.rt = runtime
+        self.op_names: set[str] = runtime.op_names
         self._plans: dict[str, tuple[OpPlan, OutputSpecCache]] = {}
+        switches = runtime.config.fallback
+        self.chain = FallbackChain(self, switches.enable_generic_kernel, switches.enable_cpu_fallback)
 
     def register(self, library: torch.library.Library, op_names: set[str], skip: set[str]) -> list[str]:
         """Give PyTorch a PrivateUse1 kernel for each op not in `skip` (ops the runtime
@@ -99,6 +135,17 @@ class Launcher:
         choice = self.rt.device(device_index).kernels.get(name)
         return choice is not None and bool((choice.dtypes >> abi.DTYPE_TO_FL[dtype]) & 1)
 
+    def native_accepts(self, device_index: int, name: str, args: tuple, kwargs: dict) -> bool:
+        """Whether the vendor kernel for `name` on this device takes these arguments'
+        dtypes (the test launch() makes; used to decide fallbacks without running)."""
+        choice = self.rt.device(device_index).kernels.get(name)
+        if choice is None:
+            return False
+        plan, _ = self._plan(name)
+        values = plan.normalize(args, kwargs)
+        main = values[plan.tensor_arg_indices[0]] if plan.tensor_arg_indices else None
+        return not isinstance(main, torch.Tensor) or bool((choice.dtypes >> _FL_DTYPE[main.dtype]) & 1)
+
     def _make_kernel(self, name: str):
         launch = self.launch
 
@@ -108,18 +155,21 @@ class Launcher:
         return kernel
 
     def launch(self, name: str, args: tuple, kwargs: dict):
+        prof = profiler.ACTIVE
+        start = perf_counter_ns() if prof is not None else 0
         plan, spec_cache = self._plan(name)
         values = plan.normalize(args, kwargs)
         device = self._device_of(plan, values)
         choice = device.kernels.get(name)
+        if choice is not None and choice.autocast is not None and _is_autocast_enabled("fl"):
+            choice = choice.autocast
         main = values[plan.tensor_arg_indices[0]] if plan.tensor_arg_indices else None
         if choice is None or (isinstance(main, torch.Tensor) and not (choice.dtypes >> _FL_DTYPE[main.dtype]) & 1):
-            return run_on_cpu(plan.op, args, kwargs, device.index)
+            return self.chain.run(plan.op, args, kwargs, device.index)
         try:
             entry = spec_cache.lookup(values)
         except (NotImplementedError, RuntimeError) as exc:
-            logger.debug("%s: meta kernel failed (%s); using the CPU fallback", name, exc)
-            return run_on_cpu(plan.op, args, kwargs, device.index)
+            return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, f"its meta kernel failed ({exc})")
         rt = self.rt
         stream = rt.streams.current(device.index)
         outputs = self._outputs(plan, values, entry.specs, device, stream)
@@ -127,14 +177,31 @@ class Launcher:
             c_args, count = marshal(plan, values, outputs,
                                     rt.rng.taker(device.index) if plan.has_generator else None, entry)
         except MarshalError as exc:
-            logger.debug("%s: %s; using the CPU fallback", name, exc)
-            return run_on_cpu(plan.op, args, kwargs, device.index)
+            return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, str(exc))
         rt.order_after_writers(device.index, stream, values, outputs)
-        status = choice.launch_fn(stream.handle, choice.entry, c_args, count)
+        if prof is None:
+            status = choice.launch_fn(stream.handle, choice.entry, c_args, count)
+        else:
+            status = self._profiled_launch(prof, start, plan.qualified_name, choice, device, stream, c_args, count)
         if status != abi.SUCCESS:
+            if status == _DECLINED:    # nothing was enqueued; the outputs are simply dropped
+                return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, _declined_reason(device))
             device.plugin.check(status, f"launch_kernel({name}) on fl:{device.index}")
-        op_stats.record(plan.qualified_name, op_stats.NATIVE)
+        if prof is None:
+            profiler.record(plan.qualified_name, _NATIVE)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    @staticmethod
+    def _profiled_launch(prof, start: int, name: str, choice: KernelChoice, device: DeviceInfo,
+                         stream, c_args, count: int) -> int:
+        """launch_kernel between two vendor events, timed on the host (profiles only)."""
+        begin, end = prof.device_events(device, stream, Event)
+        status = choice.launch_fn(stream.handle, choice.entry, c_args, count)
+        if status == abi.SUCCESS:
+            row = prof.add(name, _NATIVE, choice.variant_name, start)
+            prof.end_device_span(row, device.index, begin, end, stream)
+            profiler.record(name, _NATIVE)
+        return status
 
     def _device_of(self, plan: OpPlan, values: list) -> DeviceInfo:
         found = -1

@@ -1,33 +1,37 @@
-"""What happens to an op no vendor kernel takes: views, CPU fallback, or an error.
+"""What happens to an op no vendor kernel takes: views, the fallback chain, CPU.
 
 - Views (a return aliases an input without writing it) only change metadata:
   PyTorch's CPU kernel for them never touches data, so they are redispatched
   to it and the result stays on fl.
-- Everything else runs on the CPU when `fallback.enable_cpu_fallback` allows
-  it: inputs are copied out, PyTorch's CPU kernel runs, mutated inputs and
-  results are copied back; one warning per op.
-- Otherwise UnsupportedOpError names the op, the device and what to do.
-  TORCH_FL_STRICT=1 turns every fallback into that error, for debugging.
+- Everything else goes to the fallback chain (chain.py), which picks the
+  generic kernel, this module's CPU fallback, or an UnsupportedOpError.
+- The CPU fallback copies inputs out, runs PyTorch's CPU kernel, copies
+  mutated inputs and results back (in-place and out= semantics preserved),
+  and warns once per op.
 """
 from __future__ import annotations
 
-import os
 import warnings
 
 import torch
-from torch.utils._pytree import tree_map
-
-from . import op_stats
-from .errors import UnsupportedOpError
+from torch.utils._pytree import tree_leaves, tree_map
 
 _CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _warned: set[str] = set()
 _write_args: dict = {}   # op -> indices of schema arguments the op mutates
-_settings = {"enable_cpu_fallback": True}
+_chain = []              # the runtime's FallbackChain, set once by backend.install
 
 
-def configure(enable_cpu_fallback: bool) -> None:
-    _settings["enable_cpu_fallback"] = enable_cpu_fallback
+def configure(chain) -> None:
+    """Route ops without a kernel through `chain` (a chain.FallbackChain)."""
+    _chain[:] = [chain]
+
+
+def ensure_cpu_fallback_allowed(name: str, device_index: int) -> None:
+    """Raise UnsupportedOpError when the config or TORCH_FL_STRICT forbids the CPU
+    fallback (for runtime-owned ops, e.g. copies, that do their own host round trip)."""
+    chain = _chain[0]
+    chain.check_cpu_allowed(name, device_index, "the vendor has no kernel for it")
 
 
 def is_view_op(op) -> bool:
@@ -47,7 +51,7 @@ def _first_fl_device(args, kwargs) -> int:
     for value in (*args, *kwargs.values()):
         items = value if isinstance(value, (list, tuple)) else (value,)
         for item in items:
-            if isinstance(item, torch.Tensor) and item.device.type != "cpu":
+            if isinstance(item, torch.Tensor) and item.device.type not in ("cpu", "meta"):
                 return item.device.index
     return 0
 
@@ -56,42 +60,59 @@ def boxed_fallback(op, *args, **kwargs):
     """PyTorch's entry for every PrivateUse1 op without a registered kernel."""
     if is_view_op(op):
         return op.redispatch(_CPU_KEYSET, *args, **kwargs)
-    return run_on_cpu(op, args, kwargs, _first_fl_device(args, kwargs))
+    return _chain[0].run(op, args, kwargs, _first_fl_device(args, kwargs))
 
 
-def _strict() -> bool:
-    return os.environ.get("TORCH_FL_STRICT", "") not in ("", "0")
-
-
-def ensure_cpu_fallback_allowed(name: str, device_index: int) -> None:
-    """Raise UnsupportedOpError when the config or TORCH_FL_STRICT forbids the CPU fallback."""
-    if _strict() or not _settings["enable_cpu_fallback"]:
-        why = ("TORCH_FL_STRICT is set" if _strict() else
-               "the CPU fallback is off (fallback.enable_cpu_fallback: false in the config)")
-        raise UnsupportedOpError(name, f"fl:{device_index}", f"{why}; turn the fallback on, move this "
-                                 "step to the CPU yourself, or ask the plugin's vendor for a kernel")
-
-
-def run_on_cpu(op, args: tuple, kwargs: dict, device_index: int):
-    """Run `op` with PyTorch's CPU kernel on copies of the fl inputs."""
+def cpu_fallback(op, args: tuple, kwargs: dict, device_index: int) -> tuple[object, int]:
+    """Run `op` with PyTorch's CPU kernel on copies of the fl inputs.
+    Returns (result on fl, bytes copied between fl and the host)."""
     name = op.name()
-    device = f"fl:{device_index}"
-    ensure_cpu_fallback_allowed(name, device_index)
     if name not in _warned:
         _warned.add(name)
-        warnings.warn(f"torch_fl: '{name}' has no kernel on {device}; running it on the CPU "
+        warnings.warn(f"torch_fl: '{name}' has no kernel on fl:{device_index}; running it on the CPU "
                       "(inputs copied out and results copied back). This is slow; "
-                      "TORCH_FL_STRICT=1 makes it an error.", stacklevel=3)
-    op_stats.record(name, op_stats.CPU)
+                      "TORCH_FL_STRICT=1 makes it an error.", stacklevel=4)
+    copied = [0]
+    write_only = _out_tensor_ids(op, args, kwargs)
 
     def to_cpu(value):
         if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+            if id(value) in write_only:      # out=: the kernel overwrites it, no need to read it
+                return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)
+            copied[0] += value.nbytes
             return value.cpu()
         return value
     cpu_args, cpu_kwargs = tree_map(to_cpu, (args, kwargs))
     result = op(*cpu_args, **cpu_kwargs)
-    _copy_back_mutations(op, args, kwargs, cpu_args, cpu_kwargs)
-    return _results_to_device(op, result, args, kwargs, device_index)
+    copied[0] += _copy_back_mutations(op, args, kwargs, cpu_args, cpu_kwargs)
+    moved = _results_to_device(op, result, args, kwargs, device_index)
+    copied[0] += sum(t.nbytes for t in _fresh_tensors(op, moved))
+    return moved, copied[0]
+
+
+def _out_tensor_ids(op, args: tuple, kwargs: dict) -> set[int]:
+    """ids of the out= tensors of this call (keyword-only arguments the op writes) that
+    share no memory with its inputs (x.erfinv_() is erfinv.out(x, out=x): x must be read)."""
+    names = {arg.name for arg in op._schema.arguments
+             if arg.kwarg_only and arg.alias_info is not None and arg.alias_info.is_write}
+    outs = {id(t): t for t in tree_leaves([kwargs.get(name) for name in names]) if isinstance(t, torch.Tensor)}
+    if not outs:
+        return set()
+    inputs = tree_leaves((args, {k: v for k, v in kwargs.items() if k not in names}))
+    read = {t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor)}
+    return {i for i, t in outs.items() if t.untyped_storage().data_ptr() not in read}
+
+
+def _fresh_tensors(op, moved) -> list:
+    """The results that were copied to the device (not the mutated arguments)."""
+    returns = op._schema.returns
+    values = moved if len(returns) > 1 else (moved,)
+    fresh = []
+    for ret, value in zip(returns, values):
+        if ret.alias_info is None:
+            items = value if isinstance(value, (list, tuple)) else (value,)
+            fresh.extend(v for v in items if isinstance(v, torch.Tensor))
+    return fresh
 
 
 def _schema_value(op, name: str, args, kwargs):
@@ -101,7 +122,9 @@ def _schema_value(op, name: str, args, kwargs):
     return None
 
 
-def _copy_back_mutations(op, args, kwargs, cpu_args, cpu_kwargs) -> None:
+def _copy_back_mutations(op, args, kwargs, cpu_args, cpu_kwargs) -> int:
+    """Copy what the CPU kernel wrote into the fl arguments; returns the bytes copied."""
+    nbytes = 0
     for name in _mutated_arg_names(op):
         original = _schema_value(op, name, args, kwargs)
         updated = _schema_value(op, name, cpu_args, cpu_kwargs)
@@ -111,6 +134,8 @@ def _copy_back_mutations(op, args, kwargs, cpu_args, cpu_kwargs) -> None:
                 if dst.shape != src.shape:
                     dst.resize_(src.shape)
                 dst.copy_(src)
+                nbytes += src.nbytes
+    return nbytes
 
 
 def _results_to_device(op, result, args, kwargs, device_index: int):

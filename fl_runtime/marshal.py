@@ -80,12 +80,15 @@ def _tensor(arena: Arena, t: torch.Tensor) -> int:
     ndim = len(shape)
     dtype = t.dtype
     offset = t.storage_offset() * dtype.itemsize
+    base = t.data_ptr() - offset
+    if base < 0:                 # an empty tensor has no storage (data_ptr 0); nothing is read
+        base = offset = 0
     at = arena.reserve(_TENSOR_SIZE + 16 * ndim)
     dims = at + _TENSOR_SIZE
     mem = arena.mem
     _INT64S[2 * ndim].pack_into(mem, dims, *shape, *t.stride())
     address = arena.address
-    _TENSOR.pack_into(mem, at, _TENSOR_SIZE, t.data_ptr() - offset, offset, _DTYPE_TO_FL[dtype],
+    _TENSOR.pack_into(mem, at, _TENSOR_SIZE, base, offset, _DTYPE_TO_FL[dtype],
                       ndim, address + dims, address + dims + 8 * ndim)
     return address + at
 
@@ -202,7 +205,10 @@ def _replay(template: Template, arena: Arena, values: list, outputs: list, take_
         if kind <= _SITE_OUTPUT:
             t = values[i] if kind == _SITE_TENSOR else values[i][j] if kind == _SITE_LIST_TENSOR else outputs[i]
             offset = t.storage_offset() * t.dtype.itemsize
-            _BASE_AND_OFFSET.pack_into(mem, at + 8, t.data_ptr() - offset, offset)
+            base = t.data_ptr() - offset
+            if base < 0:         # empty tensor, as in _tensor
+                base = offset = 0
+            _BASE_AND_OFFSET.pack_into(mem, at + 8, base, offset)
         elif kind == _SITE_FLOAT:
             _ARG_FLOAT.pack_into(mem, at, ARG_FLOAT, 0, values[i])
         elif kind == _SITE_WRAPPED:

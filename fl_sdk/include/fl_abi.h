@@ -247,6 +247,10 @@ typedef struct fl_api {
 
     /* kernels: the table is static for the plugin's lifetime */
     fl_status (*kernel_table)(const fl_kernel_entry **entries, uint32_t *count);
+    /* launch_kernel may refuse a call it cannot take (e.g. a 3-d convolution
+     * behind a 2-d "convolution" kernel) by returning FL_ERROR_NOT_SUPPORTED
+     * before it enqueues anything; the runtime then runs that call through its
+     * fallback path instead of failing.  Any other error is the op's failure. */
     fl_status (*launch_kernel)(fl_stream stream, const fl_kernel_entry *kernel,
                                const fl_arg *args, uint32_t nargs);
     /* ABI 1.0 ends here; later minors append below. */
