@@ -13,15 +13,19 @@ call below raise it.
 from __future__ import annotations
 
 from . import op_stats
-from .errors import (ConfigError, DeviceNotFoundError, FLError, FLOutOfMemoryError,
-                     IncompatibleABIError, PluginLoadError, TorchVersionError, UnsupportedOpError,
-                     VendorError)
+from .diagnostics import remember_recent_log   # before init: doctor shows start-up warnings
+from .coverage import CoverageReport, coverage
+from .profiler import Profile, profile
+from .errors import (ConfigError, DeviceNotFoundError, UnsupportedDtypeError, FLError, FLOutOfMemoryError,
+                     IncompatibleABIError, PluginLoadError, TorchVersionError, UncertifiedPluginError,
+                     UnsupportedOpError, VendorError)
 from .runtime import Runtime
 from .torch_compat import check_torch_version
 from .version import __version__
 
 _runtime: Runtime | None = None
 startup_error: Exception | None = None
+remember_recent_log()
 
 
 def init() -> Runtime:
@@ -38,6 +42,8 @@ def init() -> Runtime:
             raise
         startup_error = None
         _runtime = runtime
+        from .profiler import start_from_env
+        start_from_env()          # TORCH_FL_PROFILE=path profiles the whole process
     return _runtime
 
 
@@ -64,12 +70,25 @@ def synchronize(device: int | None = None) -> None:
     init().synchronize(device)
 
 
+def plugin_certifications() -> list[dict]:
+    """One dict per plugin library (plugin, path, loaded, certified, code, reason, key_id),
+    loaded ones and those refused for want of a certificate; `Plugin.certification` has the rest."""
+    rt = init()
+    entries = [(plugin.name, plugin.source.path, True, plugin.certification) for plugin in rt.plugins]
+    entries += [(failure.source.name, failure.source.path, False, failure.error.status)
+                for failure in rt.load_failures if isinstance(failure.error, UncertifiedPluginError)]
+    return [{"plugin": name, "path": path, "loaded": loaded, "certified": status.certified,
+             "code": status.code, "reason": status.reason, "key_id": status.key_id}
+            for name, path, loaded, status in entries]
+
+
 try:
     init()
 except Exception:  # kept in startup_error; raised again by torch_fl and by every call above
     pass
 
 __all__ = ["__version__", "init", "runtime", "list_devices", "device_count", "why_no_devices",
-           "synchronize", "op_stats", "FLError", "ConfigError", "PluginLoadError", "IncompatibleABIError",
-           "VendorError", "UnsupportedOpError", "DeviceNotFoundError", "FLOutOfMemoryError",
-           "TorchVersionError"]
+           "synchronize", "plugin_certifications", "op_stats", "profile", "Profile", "coverage",
+           "CoverageReport", "FLError", "ConfigError", "PluginLoadError", "IncompatibleABIError",
+           "VendorError", "UnsupportedOpError", "DeviceNotFoundError", "UnsupportedDtypeError", "FLOutOfMemoryError",
+           "TorchVersionError", "UncertifiedPluginError"]

@@ -33,10 +33,38 @@ class FallbackConfig:
     enable_generic_kernel: bool = True
 
 
+VARIANTS = ("precise", "fast")
+
+
+@dataclass(frozen=True)
+class KernelsConfig:
+    """Which vendor kernel variant runs when a vendor offers both (F9)."""
+    variant: str = "precise"                       # the global policy
+    per_op: tuple[tuple[str, str], ...] = ()       # (kernel-table op name, variant); beats the rest
+    fast_under_autocast: bool = True               # inside torch.autocast("fl"), prefer fast
+
+    def variant_for(self, op: str) -> str | None:
+        """The variant pinned for `op` ('mm', 'add.Tensor'), or None."""
+        return next((v for name, v in self.per_op if name == op), None)
+
+
+@dataclass(frozen=True)
+class ProfilerConfig:
+    fallback_warning_share: float = 0.10           # warn when more op calls than this fall back
+
+
 @dataclass(frozen=True)
 class LoggingConfig:
     level: str = "warning"
     path: str | None = None
+
+
+@dataclass(frozen=True)
+class CertificationConfig:
+    """Which plugins may load: see fl_runtime.certification."""
+    require_certified: bool = False           # refuse plugins without a valid certificate
+    trusted_keys: tuple[str, ...] = ()        # Ed25519 public key files (PEM or raw 32 bytes)
+    certificates: tuple[tuple[str, str], ...] = ()   # (plugin name, certificate path) overrides
 
 
 @dataclass(frozen=True)
@@ -45,6 +73,9 @@ class Config:
     fallback: FallbackConfig = field(default_factory=FallbackConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     plugins: tuple[str, ...] = ()                  # extra plugin library paths
+    certification: CertificationConfig = field(default_factory=CertificationConfig)
+    kernels: KernelsConfig = field(default_factory=KernelsConfig)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     path: str | None = None                        # where it was read from, if anywhere
 
     def rule_for(self, device_type: str) -> DeviceRule | None:
@@ -74,7 +105,8 @@ def load_config(path: Path | None = None) -> Config:
 def parse_config(raw: Any, path: str | None = None) -> Config:
     """Validate a config mapping (as YAML gives it) into a Config."""
     _expect(raw, dict, "<top level>", "a mapping", path)
-    _reject_unknown(raw, ("devices", "fallback", "logging", "plugins"), "", path)
+    _reject_unknown(raw, ("devices", "fallback", "logging", "plugins", "certification", "kernels",
+                           "profiler"), "", path)
     devices = tuple(_device_rule(item, f"devices[{i}]", path)
                     for i, item in enumerate(_expect(raw.get("devices", []), list, "devices", "a list", path)))
     seen = [rule.type for rule in devices]
@@ -85,7 +117,10 @@ def parse_config(raw: Any, path: str | None = None) -> Config:
         _expect(item, str, f"plugins[{i}]", "a path string", path)
     return Config(devices=devices, fallback=_fallback(raw.get("fallback", {}), path),
                   logging=_logging(raw.get("logging", {}), path),
-                  plugins=tuple(os.path.expanduser(p) for p in plugins), path=path)
+                  plugins=tuple(os.path.expanduser(p) for p in plugins),
+                  certification=_certification(raw.get("certification", {}), path),
+                  kernels=_kernels(raw.get("kernels", {}), path),
+                  profiler=_profiler(raw.get("profiler", {}), path), path=path)
 
 
 def _device_rule(item: Any, key: str, path: str | None) -> DeviceRule:
@@ -121,6 +156,64 @@ def _logging(raw: Any, path: str | None) -> LoggingConfig:
     if log_path is not None:
         log_path = os.path.expanduser(_expect(log_path, str, "logging.path", "a file path", path))
     return LoggingConfig(level=level, path=log_path)
+
+
+def _certification(raw: Any, path: str | None) -> CertificationConfig:
+    _expect(raw, dict, "certification", "a mapping", path)
+    _reject_unknown(raw, ("require_certified", "trusted_keys", "certificates"), "certification.", path)
+    require = _expect(raw.get("require_certified", False), bool, "certification.require_certified",
+                      "true or false", path)
+    keys = _expect(raw.get("trusted_keys", []), list, "certification.trusted_keys",
+                   "a list of public key file paths", path)
+    for i, item in enumerate(keys):
+        _expect(item, str, f"certification.trusted_keys[{i}]", "a path string", path)
+    if require and not keys:
+        raise ConfigError("certification.trusted_keys", "is empty while require_certified is true, so no "
+                          "plugin could load: list the certifier's public key file(s)", path)
+    certs = _expect(raw.get("certificates", {}), dict, "certification.certificates",
+                    "a mapping of plugin name to certificate path", path)
+    for name, cert in certs.items():
+        _expect(cert, str, f"certification.certificates.{name}", "a path string", path)
+    return CertificationConfig(require, tuple(os.path.expanduser(k) for k in keys),
+                               tuple((str(n), os.path.expanduser(c)) for n, c in certs.items()))
+
+
+def _kernels(raw: Any, path: str | None) -> KernelsConfig:
+    _expect(raw, dict, "kernels", "a mapping", path)
+    _reject_unknown(raw, ("variant", "per_op", "fast_under_autocast"), "kernels.", path)
+    variant = _variant(raw.get("variant", "precise"), "kernels.variant", path)
+    per_op = _expect(raw.get("per_op", {}), dict, "kernels.per_op", "a mapping of op name to variant", path)
+    pinned = tuple((_op_name(op, path), _variant(v, f"kernels.per_op.{op}", path)) for op, v in per_op.items())
+    autocast = _expect(raw.get("fast_under_autocast", True), bool, "kernels.fast_under_autocast",
+                       "true or false", path)
+    return KernelsConfig(variant, pinned, autocast)
+
+
+def _variant(value: Any, key: str, path: str | None) -> str:
+    if value not in VARIANTS:
+        raise ConfigError(key, f"must be one of {', '.join(VARIANTS)}, got {value!r}", path)
+    return value
+
+
+def _op_name(op: Any, path: str | None) -> str:
+    """'aten::mm' / 'mm' / 'aten::add.Tensor' -> the kernel-table name ('mm', 'add.Tensor')."""
+    from .schema import op_overload   # imports torch; only needed when per_op is used
+    name = str(op).removeprefix("aten::")
+    try:
+        op_overload(name)
+    except AttributeError:
+        raise ConfigError(f"kernels.per_op.{op}", "is not an ATen operator; name it as PyTorch does, "
+                          "e.g. 'aten::mm' or 'aten::add.Tensor'", path) from None
+    return name
+
+
+def _profiler(raw: Any, path: str | None) -> ProfilerConfig:
+    _expect(raw, dict, "profiler", "a mapping", path)
+    _reject_unknown(raw, ("fallback_warning_share",), "profiler.", path)
+    share = raw.get("fallback_warning_share", 0.10)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+        raise ConfigError("profiler.fallback_warning_share", f"must be a number in [0, 1], got {share!r}", path)
+    return ProfilerConfig(float(share))
 
 
 def _expect(value: Any, kind: type, key: str, what: str, path: str | None) -> Any:

@@ -4,7 +4,12 @@ Each message names the thing (key, plugin, op, device) and what to do next.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from .certification import CertificationStatus
 
 
 class FLError(RuntimeError):
@@ -37,6 +42,21 @@ class IncompatibleABIError(PluginLoadError):
     """A vendor plugin speaks an ABI version this runtime does not accept."""
 
 
+class UncertifiedPluginError(PluginLoadError):
+    """certification.require_certified is on and a plugin has no valid certificate.
+
+    `status` is the fl_runtime.certification.CertificationStatus saying why
+    (`status.code`: no_certificate, hash_mismatch, bad_signature, untrusted_key,
+    abi/torch/suite_mismatch, malformed)."""
+
+    def __init__(self, plugin: str, status: CertificationStatus) -> None:
+        super().__init__(plugin, f"refused before loading because certification.require_certified is on: "
+                         f"{status.reason} (or set certification.require_certified: false to load "
+                         "uncertified plugins)")
+        self.status = status
+        self.code = status.code
+
+
 class VendorError(FLError):
     """A vendor call returned an error status."""
 
@@ -57,6 +77,16 @@ class UnsupportedOpError(FLError, NotImplementedError):
         super().__init__(f"operator '{op}' has no kernel on {device}: {hint}")
         self.op = op
         self.device = device
+
+
+class UnsupportedDtypeError(FLError, TypeError):
+    """A dtype fl tensors cannot hold (the ABI has no code for it)."""
+
+    def __init__(self, dtype, device: str, supported: list[str]) -> None:
+        super().__init__(f"{dtype} tensors cannot live on {device}: the Torch-FL ABI has no code for "
+                         f"this dtype (supported: {', '.join(supported)}); keep this tensor on the CPU "
+                         "or convert it first, e.g. .to(torch.int64)")
+        self.dtype = dtype
 
 
 class DeviceNotFoundError(FLError, IndexError):

@@ -7,16 +7,17 @@ from __future__ import annotations
 import torch
 
 from .allocator import CachingAllocator
+from .certification import CertificationPolicy
 from .config import Config, load_config
 from .copies import copy_to_host
 from .devices import DeviceInfo, build_device_list
 from .dispatch import Launcher, build_op_table
-from .errors import DeviceNotFoundError
+from .errors import DeviceNotFoundError, UnsupportedDtypeError
 from .loader import LoadFailure, Plugin, discover_sources, load_all
 from .logs import configure_logging, logger
 from .rng import DeviceRNG
-from .storage import contiguous_strides, storage_base, storage_nbytes, wrap_block
-from .streams import Stream, StreamRegistry
+from .storage import DL_DTYPES, contiguous_strides, storage_base, storage_nbytes, wrap_block
+from .streams import DEFAULT_STREAM_ID, Stream, StreamRegistry
 
 
 class Runtime:
@@ -28,11 +29,12 @@ class Runtime:
         logger.debug("plugin sources: %s", [f"{s.name} ({s.origin}: {s.path})" for s in sources])
         self.plugins: list[Plugin]
         self.load_failures: list[LoadFailure]
-        self.plugins, self.load_failures = load_all(sources)
+        self.plugins, self.load_failures = load_all(
+            sources, CertificationPolicy.from_config(self.config.certification))
         self.devices: list[DeviceInfo]
         self.devices, self.device_notes = build_device_list(self.plugins, self.config)
         self.streams = StreamRegistry(self._open_default_streams())
-        self.op_names = build_op_table(self.devices)
+        self.op_names = build_op_table(self.devices, self.config.kernels)
         self.allocators = [CachingAllocator(d, self._synchronizer(d.index)) for d in self.devices]
         self.rng = DeviceRNG(len(self.devices))
         self.launcher = Launcher(self)
@@ -46,13 +48,13 @@ class Runtime:
         out (with the reason), so one faulty plugin does not take the others down."""
         usable, streams = [], []
         for dev in self.devices:
+            dev.index = len(usable)      # before the stream, which carries the index
             try:
-                streams.append(Stream(dev))
+                streams.append(Stream(dev, stream_id=DEFAULT_STREAM_ID))
             except Exception as exc:
                 self.device_notes.append(f"{dev.device_type} device {dev.uuid} left out: {exc}")
                 logger.warning(self.device_notes[-1])
                 continue
-            dev.index = len(usable)
             usable.append(dev)
         self.devices = usable
         return streams
@@ -91,6 +93,8 @@ class Runtime:
     # -- memory ----------------------------------------------------------------
     def new_tensor(self, index: int, shape, stride, dtype: torch.dtype, stream: Stream) -> torch.Tensor:
         """A fresh, uninitialised tensor on fl:index with the given layout."""
+        if dtype not in DL_DTYPES:
+            raise UnsupportedDtypeError(dtype, f"fl:{index}", [str(d).removeprefix("torch.") for d in DL_DTYPES])
         return self.new_tensor_from_spec(index, (shape, stride, dtype,
                                                  storage_nbytes(shape, stride, dtype.itemsize)), stream)
 
