@@ -1,0 +1,74 @@
+/*
+ * event.c -- events.
+ *
+ * Streams run their work when it is enqueued (stream.c), so recording an event
+ * completes it at once: it takes the host clock and is then always done.
+ *
+ * TODO(vendor): record the chip's event on the stream's queue; query and
+ * synchronize must then look at the latest record, and elapsed_ms read the
+ * device's timestamps.
+ */
+#include "internal.h"
+
+#include <time.h>
+
+static plg_registry g_events = PLG_REGISTRY_INIT;
+static pthread_mutex_t g_event_lock = PTHREAD_MUTEX_INITIALIZER;   /* guards recorded/time_ms */
+
+fl_status plg_event_check(fl_event event, const char *call) {
+    return plg_handle_check(&g_events, event, "event", call);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+fl_status plg_event_create(int32_t device, fl_event *out) {
+    void *handle = NULL;
+    fl_status status = plg_handle_create(&g_events, sizeof **out, device, "event_create", out ? &handle : NULL);
+    if (status == FL_SUCCESS)
+        *out = handle;
+    return status;
+}
+
+fl_status plg_event_destroy(fl_event event) { return plg_handle_destroy(&g_events, event, "event", "event_destroy"); }
+
+fl_status plg_event_record(fl_event event, fl_stream stream) {
+    fl_status status = plg_event_check(event, "event_record");
+    if (status == FL_SUCCESS)
+        status = plg_stream_check(stream, "event_record");
+    if (status != FL_SUCCESS)
+        return status;
+    if (event->device != stream->device)
+        return plg_fail(FL_ERROR_INVALID_VALUE, "event_record: event of device %d on a stream of device %d",
+                        event->device, stream->device);
+    pthread_mutex_lock(&g_event_lock);
+    event->recorded = 1;
+    event->time_ms = now_ms();
+    pthread_mutex_unlock(&g_event_lock);
+    return FL_SUCCESS;
+}
+
+fl_status plg_event_synchronize(fl_event event) { return plg_event_check(event, "event_synchronize"); }
+
+fl_status plg_event_query(fl_event event) { return plg_event_check(event, "event_query"); }
+
+fl_status plg_event_elapsed_ms(fl_event start, fl_event end, float *ms) {
+    fl_status status = plg_event_check(start, "event_elapsed_ms");
+    if (status == FL_SUCCESS)
+        status = plg_event_check(end, "event_elapsed_ms");
+    if (status != FL_SUCCESS)
+        return status;
+    if (!ms)
+        return plg_fail(FL_ERROR_INVALID_POINTER, "event_elapsed_ms: ms is NULL");
+    pthread_mutex_lock(&g_event_lock);
+    int recorded = start->recorded && end->recorded;
+    double elapsed = end->time_ms - start->time_ms;
+    pthread_mutex_unlock(&g_event_lock);
+    if (!recorded)
+        return plg_fail(FL_ERROR_INVALID_VALUE, "event_elapsed_ms: an event was never recorded");
+    *ms = (float)elapsed;
+    return FL_SUCCESS;
+}
