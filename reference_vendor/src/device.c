@@ -10,6 +10,12 @@
 #include <string.h>
 #include <unistd.h>
 
+/* A build of this plugin posing as another vendor (tests of F2 with two
+ * plugins) gives its devices their own uuids with -DFL_REFERENCE_UUID_PREFIX. */
+#ifndef FL_REFERENCE_UUID_PREFIX
+#define FL_REFERENCE_UUID_PREFIX "ref"
+#endif
+
 #define DEFAULT_DEVICES 2
 #define DEFAULT_MEMORY_MB 4096
 #define MAX_MEMORY_MB (1024 * 1024) /* 1 TiB: the memory is sparse, only address space */
@@ -106,7 +112,7 @@ static void fill_properties(const drv_device *dev, fl_device_properties *p) {
     snprintf(p->name, sizeof p->name, "Torch-FL Reference CPU Chip");
     snprintf(p->vendor, sizeof p->vendor, "Torch-FL");
     /* Derived from the index only, so it is stable across runs. */
-    snprintf(p->uuid, sizeof p->uuid, "ref-0000-0000-0000-%04d", dev->index);
+    snprintf(p->uuid, sizeof p->uuid, FL_REFERENCE_UUID_PREFIX "-0000-0000-0000-%04d", dev->index);
     snprintf(p->driver_version, sizeof p->driver_version, "1.0.0");
     p->total_memory = dev->total_memory;
     p->alignment = dev->alignment;

@@ -545,6 +545,43 @@ fl_status ref_get_bool(const ref_args *a, uint32_t i, const char *name, int *out
     return wrong_kind(a, i, name, "a bool");
 }
 
+fl_status ref_out_variant(const char *op, const fl_arg *args, uint32_t nargs,
+                          ref_kernel_ctx *ctx, ref_kernel_fn fn) {
+    const fl_tensor *arg = nargs >= 2 && args[nargs - 2].kind == FL_ARG_TENSOR
+                               ? args[nargs - 2].value.tensor : NULL;
+    const fl_tensor *res = nargs >= 2 && args[nargs - 1].kind == FL_ARG_TENSOR
+                               ? args[nargs - 1].value.tensor : NULL;
+    if (!arg || !res || arg->base != res->base || arg->byte_offset != res->byte_offset)
+        return ref_kernel_fail(ctx, "%s: expected the out= argument followed by the same tensor "
+                                    "as the result", op);
+    return fn(args, nargs - 1, ctx);
+}
+
+fl_status ref_get_string(const ref_args *a, uint32_t i, const char *name, const char **out) {
+    if (i < a->nargs && a->args[i].kind == FL_ARG_STRING && a->args[i].value.str) {
+        *out = a->args[i].value.str;
+        return FL_SUCCESS;
+    }
+    return wrong_kind(a, i, name, "a string");
+}
+
+fl_status ref_get_tensor_list(const ref_args *a, uint32_t i, const char *name, int allow_none,
+                              const fl_tensor *const **out, uint32_t *count) {
+    if (i >= a->nargs || a->args[i].kind != FL_ARG_TENSOR_LIST)
+        return wrong_kind(a, i, name, "a Tensor[]");
+    *out = a->args[i].value.tensors;
+    *count = a->args[i].count;
+    for (uint32_t k = 0; k < *count; ++k) {
+        if (!(*out)[k]) {
+            if (!allow_none)
+                return ref_fail(a, "%s[%u] is None; a tensor is required", name, k);
+            continue;
+        }
+        REF_TRY(check_tensor(a, i, name, (*out)[k]));
+    }
+    return FL_SUCCESS;
+}
+
 fl_status ref_get_int_list(const ref_args *a, uint32_t i, const char *name,
                            const int64_t **vals, uint32_t *count) {
     if (i < a->nargs && a->args[i].kind == FL_ARG_INT_LIST) {
@@ -895,12 +932,12 @@ fl_status ref_elementwise(const ref_args *a, const ref_ew_desc *d) {
     for (int k = 0; k < REF_EW_MAX_OPS; ++k)
         s.via[k] = -1;
 
-    int64_t numel = 1;
+    int64_t numel = ref_numel(out);
     int64_t oes = (int64_t)ref_dtype_size(out->dtype);
     for (int i = 0; i < nd; ++i) {
-        numel *= out->sizes[i];
         strides[0][i] = out->strides[i] * oes;
-        if (out->sizes[i] > 1 && out->strides[i] == 0)
+        /* an empty output may have any strides: nothing is written */
+        if (numel > 0 && out->sizes[i] > 1 && out->strides[i] == 0)
             return ref_fail(a, "the output has more than one element at the same memory "
                                "location (stride 0 in dim %d)", i);
     }

@@ -286,6 +286,16 @@ fl_status ref_get_opt_int(const ref_args *a, uint32_t i, const char *name, int *
 /* float (INT and BOOL accepted) */
 fl_status ref_get_double(const ref_args *a, uint32_t i, const char *name, double *out);
 fl_status ref_get_bool(const ref_args *a, uint32_t i, const char *name, int *out);
+/* An out= overload (schema args ending in `out`, then the result, the same
+ * tensor) run by the functional kernel fn, which takes the schema args
+ * without `out` followed by its output. */
+fl_status ref_out_variant(const char *op, const fl_arg *args, uint32_t nargs,
+                          ref_kernel_ctx *ctx, ref_kernel_fn fn);
+/* str: FL_ARG_STRING */
+fl_status ref_get_string(const ref_args *a, uint32_t i, const char *name, const char **out);
+/* Tensor[] / Tensor?[] (allow_none: entries may be NULL), each entry validated */
+fl_status ref_get_tensor_list(const ref_args *a, uint32_t i, const char *name, int allow_none,
+                              const fl_tensor *const **out, uint32_t *count);
 /* int[]: INT_LIST (a single INT is taken as a list of one) */
 fl_status ref_get_int_list(const ref_args *a, uint32_t i, const char *name,
                            const int64_t **vals, uint32_t *count);
@@ -357,6 +367,36 @@ typedef struct ref_ew_desc {
 
 fl_status ref_elementwise(const ref_args *a, const ref_ew_desc *d);
 
+/* ---- packed copies (kernel_layout.c) ----------------------------------------- */
+/* A contiguous row-major copy of t's elements converted to dt, ref_alloc'd
+ * (free with ref_free); t NULL -> *out NULL and success. */
+fl_status ref_pack(const ref_args *a, const fl_tensor *t, int32_t dt, void **out);
+/* Write a row-major buffer of dt into t's elements (any strides); no-op for NULL t. */
+void ref_unpack(const fl_tensor *t, int32_t dt, const void *buf);
+/* n doubles, ref_alloc'd, failing with a message */
+fl_status ref_alloc_f64(const ref_args *a, int64_t n, double **out);
+/* ref_free each pointer and set it to NULL */
+void ref_free_all(void **ptrs, int n);
+
+/* ---- reductions (kernels_reduce.c) -------------------------------------------- */
+/* rmask[d] = 1 for each dim of the optional int[] argument argi ("dim"; a single
+ * INT is a list of one); None or [] reduces every dim.  Repeated dims fail. */
+fl_status ref_reduce_dim_mask(const ref_args *a, const fl_tensor *in, uint32_t argi,
+                              uint8_t *rmask);
+
+/* ---- pooling (kernels_pool.c) ----------------------------------------------------- */
+/* int[1] or int[2] argument as a pair; allow_empty: [] sets *empty */
+fl_status ref_pool_pair_arg(const ref_args *a, uint32_t i, const char *name, int allow_empty,
+                            int64_t *v0, int64_t *v1, int *empty);
+typedef struct ref_pool_window {
+    int64_t *kh, *kw, *sh, *sw, *ph, *pw;
+} ref_pool_window;
+/* kernel_size, stride ([] means kernel_size) and padding at args ki .. ki+2 */
+fl_status ref_pool_window_args(const ref_args *a, uint32_t ki, const ref_pool_window *w);
+/* PyTorch's pooling output size (ceil_mode windows must start inside input + pad) */
+int64_t ref_pool_out_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil,
+                          int ceil_mode);
+
 /* ---- memory ------------------------------------------------------------------ */
 void *ref_alloc(size_t bytes);   /* 64-byte aligned, NULL on failure; free with ref_free */
 void ref_free(void *p);
@@ -420,16 +460,84 @@ REF_KERNEL(ref_k_sum); REF_KERNEL(ref_k_sum_dim); REF_KERNEL(ref_k_mean);
 REF_KERNEL(ref_k_mean_dim); REF_KERNEL(ref_k_argmax); REF_KERNEL(ref_k_max);
 REF_KERNEL(ref_k_min);
 /* kernels_matmul.c */
-REF_KERNEL(ref_k_mm); REF_KERNEL(ref_k_addmm); REF_KERNEL(ref_k_bmm);
+REF_KERNEL(ref_k_mm); REF_KERNEL(ref_k_addmm); REF_KERNEL(ref_k_bmm); REF_KERNEL(ref_k_baddbmm);
 /* kernels_conv.c */
 REF_KERNEL(ref_k_convolution); REF_KERNEL(ref_k_convolution_backward);
 /* kernels_pool.c */
 REF_KERNEL(ref_k_max_pool2d_with_indices); REF_KERNEL(ref_k_max_pool2d_with_indices_backward);
+/* kernels_avgpool.c */
+REF_KERNEL(ref_k_avg_pool2d); REF_KERNEL(ref_k_avg_pool2d_backward);
 /* kernels_loss.c */
 REF_KERNEL(ref_k_log_softmax); REF_KERNEL(ref_k_log_softmax_backward_data);
 REF_KERNEL(ref_k_softmax); REF_KERNEL(ref_k_softmax_backward_data);
 REF_KERNEL(ref_k_nll_loss_forward); REF_KERNEL(ref_k_nll_loss_backward);
+/* kernels_losses.c */
+REF_KERNEL(ref_k_mse_loss); REF_KERNEL(ref_k_mse_loss_backward);
+REF_KERNEL(ref_k_binary_cross_entropy); REF_KERNEL(ref_k_binary_cross_entropy_backward);
+REF_KERNEL(ref_k_smooth_l1_loss); REF_KERNEL(ref_k_smooth_l1_loss_backward);
+REF_KERNEL(ref_k_huber_loss); REF_KERNEL(ref_k_huber_loss_backward);
+REF_KERNEL(ref_k_log_sigmoid_forward); REF_KERNEL(ref_k_log_sigmoid_backward);
 /* kernels_random.c */
 REF_KERNEL(ref_k_normal_); REF_KERNEL(ref_k_uniform_); REF_KERNEL(ref_k_bernoulli__float);
+REF_KERNEL(ref_k_native_dropout);
+/* kernels_norm.c */
+REF_KERNEL(ref_k_native_layer_norm); REF_KERNEL(ref_k_native_layer_norm_backward);
+REF_KERNEL(ref_k_native_group_norm); REF_KERNEL(ref_k_native_group_norm_backward);
+REF_KERNEL(ref_k_native_batch_norm); REF_KERNEL(ref_k_native_batch_norm_backward);
+/* kernels_activation.c */
+REF_KERNEL(ref_k_gelu); REF_KERNEL(ref_k_gelu_backward); REF_KERNEL(ref_k_silu);
+REF_KERNEL(ref_k_silu_); REF_KERNEL(ref_k_silu_backward); REF_KERNEL(ref_k_leaky_relu);
+REF_KERNEL(ref_k_leaky_relu_); REF_KERNEL(ref_k_leaky_relu_backward); REF_KERNEL(ref_k_elu);
+REF_KERNEL(ref_k_elu_); REF_KERNEL(ref_k_elu_backward); REF_KERNEL(ref_k_softplus);
+REF_KERNEL(ref_k_softplus_backward); REF_KERNEL(ref_k_hardtanh); REF_KERNEL(ref_k_hardtanh_);
+REF_KERNEL(ref_k_hardtanh_backward); REF_KERNEL(ref_k_native_dropout_backward);
+/* kernels_unary.c */
+REF_KERNEL(ref_k_sin); REF_KERNEL(ref_k_cos); REF_KERNEL(ref_k_tan); REF_KERNEL(ref_k_asin);
+REF_KERNEL(ref_k_acos); REF_KERNEL(ref_k_atan); REF_KERNEL(ref_k_sinh); REF_KERNEL(ref_k_cosh);
+REF_KERNEL(ref_k_log1p); REF_KERNEL(ref_k_expm1); REF_KERNEL(ref_k_log2);
+REF_KERNEL(ref_k_log10); REF_KERNEL(ref_k_exp2); REF_KERNEL(ref_k_erf); REF_KERNEL(ref_k_erfc);
+REF_KERNEL(ref_k_floor); REF_KERNEL(ref_k_ceil); REF_KERNEL(ref_k_trunc);
+REF_KERNEL(ref_k_round); REF_KERNEL(ref_k_frac); REF_KERNEL(ref_k_sign); REF_KERNEL(ref_k_sgn);
+REF_KERNEL(ref_k_isnan); REF_KERNEL(ref_k_isinf); REF_KERNEL(ref_k_isposinf);
+REF_KERNEL(ref_k_isneginf); REF_KERNEL(ref_k_isfinite); REF_KERNEL(ref_k_logical_not);
+REF_KERNEL(ref_k_logical_and); REF_KERNEL(ref_k_logical_or); REF_KERNEL(ref_k_logical_xor);
+REF_KERNEL(ref_k_bitwise_not); REF_KERNEL(ref_k_bitwise_and_tensor);
+REF_KERNEL(ref_k_bitwise_or_tensor); REF_KERNEL(ref_k_bitwise_xor_tensor);
+REF_KERNEL(ref_k_bitwise_and_scalar); REF_KERNEL(ref_k_bitwise_or_scalar);
+REF_KERNEL(ref_k_bitwise_xor_scalar);
+REF_KERNEL(ref_k_atan2); REF_KERNEL(ref_k_pow_tensor_tensor); REF_KERNEL(ref_k_pow_scalar);
+REF_KERNEL(ref_k_remainder_tensor); REF_KERNEL(ref_k_remainder_scalar);
+REF_KERNEL(ref_k_fmod_tensor); REF_KERNEL(ref_k_fmod_scalar); REF_KERNEL(ref_k_floor_divide);
+REF_KERNEL(ref_k_xlogy_tensor); REF_KERNEL(ref_k_logit);
+/* kernels_elementwise.c (more) */
+REF_KERNEL(ref_k_clamp_min); REF_KERNEL(ref_k_clamp_min_); REF_KERNEL(ref_k_clamp_max);
+REF_KERNEL(ref_k_clamp_max_); REF_KERNEL(ref_k_masked_fill_scalar);
+REF_KERNEL(ref_k_masked_fill__scalar); REF_KERNEL(ref_k_where_self_out);
+/* kernels_stats.c */
+REF_KERNEL(ref_k_all); REF_KERNEL(ref_k_any); REF_KERNEL(ref_k_all_dim);
+REF_KERNEL(ref_k_any_dim); REF_KERNEL(ref_k_all_dims); REF_KERNEL(ref_k_any_dims);
+REF_KERNEL(ref_k_amax); REF_KERNEL(ref_k_amin); REF_KERNEL(ref_k_max_dim);
+REF_KERNEL(ref_k_min_dim); REF_KERNEL(ref_k_argmin); REF_KERNEL(ref_k_var_correction);
+REF_KERNEL(ref_k_std_correction); REF_KERNEL(ref_k_var_mean_correction);
+REF_KERNEL(ref_k_std_mean_correction); REF_KERNEL(ref_k_linalg_vector_norm);
+REF_KERNEL(ref_k_prod); REF_KERNEL(ref_k_prod_dim_int); REF_KERNEL(ref_k_cumsum);
+/* kernels_index.c */
+REF_KERNEL(ref_k_gather); REF_KERNEL(ref_k_scatter_src); REF_KERNEL(ref_k_scatter__src);
+REF_KERNEL(ref_k_scatter_value); REF_KERNEL(ref_k_scatter__value);
+REF_KERNEL(ref_k_scatter_add); REF_KERNEL(ref_k_scatter_add_); REF_KERNEL(ref_k_index_select);
+REF_KERNEL(ref_k_index_tensor); REF_KERNEL(ref_k_index_put_impl_);
+REF_KERNEL(ref_k_embedding_dense_backward); REF_KERNEL(ref_k_flip); REF_KERNEL(ref_k_roll);
+REF_KERNEL(ref_k_index_add); REF_KERNEL(ref_k_index_add_);
+/* kernels_shape.c */
+REF_KERNEL(ref_k_cat);
+
+/* kernels_half.c: float16/bfloat16 entries for the float32 kernels */
+REF_KERNEL(ref_k_mm_any); REF_KERNEL(ref_k_addmm_any); REF_KERNEL(ref_k_bmm_any);
+REF_KERNEL(ref_k_baddbmm_any); REF_KERNEL(ref_k_convolution_any);
+REF_KERNEL(ref_k_convolution_backward_any); REF_KERNEL(ref_k_softmax_any);
+REF_KERNEL(ref_k_log_softmax_any); REF_KERNEL(ref_k_softmax_backward_data_any);
+REF_KERNEL(ref_k_log_softmax_backward_data_any); REF_KERNEL(ref_k_max_pool2d_with_indices_any);
+REF_KERNEL(ref_k_max_pool2d_with_indices_backward_any); REF_KERNEL(ref_k_nll_loss_forward_any);
+REF_KERNEL(ref_k_nll_loss_backward_any);
 
 #endif /* REF_KERNEL_UTIL_H */

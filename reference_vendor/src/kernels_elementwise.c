@@ -10,191 +10,11 @@
  * bool compute in int64 with wrap-around).  In-place overloads share the
  * out-of-place code: the trailing output argument is self.
  */
-#include <math.h>
-
-#include "kernel_util.h"
+#include "kernels_ew.h"
 
 #if defined(__AVX__) || defined(__SSE2__)
 #include <immintrin.h>
 #endif
-
-typedef struct ew_params {
-    float f[4];
-    double d[4];
-    int64_t i[4];
-} ew_params;
-
-#define PARAM(T, k) _Generic((T)0, float: P->f[k], double: P->d[k], default: P->i[k])
-
-#ifdef __FMA__
-#define FMA_(T, a, b, c) _Generic((T)0, float: fmaf, default: fma)((a), (b), (c))
-#else
-#define FMA_(T, a, b, c) ((a) * (b) + (c))
-#endif
-
-/* integer arithmetic with wrap-around (no UB) */
-#define IADD(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
-#define ISUB(a, b) ((int64_t)((uint64_t)(a) - (uint64_t)(b)))
-#define IMUL(a, b) ((int64_t)((uint64_t)(a) * (uint64_t)(b)))
-
-/* ---- loop templates ------------------------------------------------------- */
-
-#define EW_LOOP1(NAME, TT, TU, OTT, OTU, SETUP, EXPR)                               \
-    static void NAME(char **data, const int64_t *st_, int64_t n, const void *pp) { \
-        const int64_t st[2] = {st_[0], st_[1]}; /* locals: element stores may alias */ \
-        typedef TT T;                                                              \
-        typedef OTT OT;                                                            \
-        const ew_params *P = (const ew_params *)pp;                                \
-        (void)P;                                                                   \
-        SETUP                                                                      \
-        char *o_ = data[0];                                                        \
-        const char *a_ = data[1];                                                  \
-        if (st[0] == (int64_t)sizeof(OT) && st[1] == (int64_t)sizeof(T)) {         \
-            OTU *o = (OTU *)o_;                                                    \
-            const TU *ap = (const TU *)a_;                                         \
-            for (int64_t i = 0; i < n; ++i) {                                      \
-                T a = ap[i];                                                       \
-                o[i] = (OT)(EXPR);                                                 \
-            }                                                                      \
-        } else {                                                                   \
-            for (int64_t i = 0; i < n; ++i) {                                      \
-                T a = *(const TU *)(a_ + i * st[1]);                               \
-                *(OTU *)(o_ + i * st[0]) = (OT)(EXPR);                             \
-            }                                                                      \
-        }                                                                          \
-    }
-
-#define EW_LOOP2(NAME, TT, TU, OTT, OTU, SETUP, EXPR)                               \
-    static void NAME(char **data, const int64_t *st_, int64_t n, const void *pp) { \
-        const int64_t st[3] = {st_[0], st_[1], st_[2]}; /* locals: element stores may alias */ \
-        typedef TT T;                                                              \
-        typedef OTT OT;                                                            \
-        const ew_params *P = (const ew_params *)pp;                                \
-        (void)P;                                                                   \
-        SETUP                                                                      \
-        char *o_ = data[0];                                                        \
-        const char *a_ = data[1], *b_ = data[2];                                   \
-        const int64_t so = (int64_t)sizeof(OT), si = (int64_t)sizeof(T);           \
-        if (st[0] == so && st[1] == si && st[2] == si) {                           \
-            OTU *o = (OTU *)o_;                                                    \
-            const TU *ap = (const TU *)a_, *bp = (const TU *)b_;                   \
-            for (int64_t i = 0; i < n; ++i) {                                      \
-                T a = ap[i], b = bp[i];                                            \
-                o[i] = (OT)(EXPR);                                                 \
-            }                                                                      \
-        } else if (st[0] == so && st[1] == si && st[2] == 0) {                     \
-            OTU *o = (OTU *)o_;                                                    \
-            const TU *ap = (const TU *)a_;                                         \
-            const T b = *(const TU *)b_;                                           \
-            for (int64_t i = 0; i < n; ++i) {                                      \
-                T a = ap[i];                                                       \
-                o[i] = (OT)(EXPR);                                                 \
-            }                                                                      \
-        } else if (st[0] == so && st[1] == 0 && st[2] == si) {                     \
-            OTU *o = (OTU *)o_;                                                    \
-            const TU *bp = (const TU *)b_;                                         \
-            const T a = *(const TU *)a_;                                           \
-            for (int64_t i = 0; i < n; ++i) {                                      \
-                T b = bp[i];                                                       \
-                o[i] = (OT)(EXPR);                                                 \
-            }                                                                      \
-        } else {                                                                   \
-            for (int64_t i = 0; i < n; ++i) {                                      \
-                T a = *(const TU *)(a_ + i * st[1]);                               \
-                T b = *(const TU *)(b_ + i * st[2]);                               \
-                *(OTU *)(o_ + i * st[0]) = (OT)(EXPR);                             \
-            }                                                                      \
-        }                                                                          \
-    }
-
-/* three inputs of type T (c is the third) */
-#define EW_LOOP3(NAME, TT, TU, SETUP, EXPR)                                          \
-    static void NAME(char **data, const int64_t *st_, int64_t n, const void *pp) { \
-        const int64_t st[4] = {st_[0], st_[1], st_[2], st_[3]}; /* locals: element stores may alias */ \
-        typedef TT T;                                                              \
-        const ew_params *P = (const ew_params *)pp;                                \
-        (void)P;                                                                   \
-        SETUP                                                                      \
-        char *o_ = data[0];                                                        \
-        const char *a_ = data[1], *b_ = data[2], *c_ = data[3];                    \
-        const int64_t s = (int64_t)sizeof(T);                                      \
-        if (st[0] == s && st[1] == s && st[2] == s && st[3] == s) {                \
-            TU *o = (TU *)o_;                                                      \
-            const TU *ap = (const TU *)a_, *bp = (const TU *)b_, *cp = (const TU *)c_; \
-            for (int64_t i = 0; i < n; ++i) {                                      \
-                T a = ap[i], b = bp[i], c = cp[i];                                 \
-                o[i] = (EXPR);                                                     \
-            }                                                                      \
-        } else {                                                                   \
-            for (int64_t i = 0; i < n; ++i) {                                      \
-                T a = *(const TU *)(a_ + i * st[1]);                               \
-                T b = *(const TU *)(b_ + i * st[2]);                               \
-                T c = *(const TU *)(c_ + i * st[3]);                               \
-                *(TU *)(o_ + i * st[0]) = (EXPR);                                  \
-            }                                                                      \
-        }                                                                          \
-    }
-
-/* where: cond (bool byte), b and c of type T */
-#define EW_WHERE(NAME, T, TU)                                                      \
-    static void NAME(char **data, const int64_t *st_, int64_t n, const void *pp) { \
-        const int64_t st[4] = {st_[0], st_[1], st_[2], st_[3]}; /* locals: element stores may alias */ \
-        (void)pp;                                                                  \
-        char *o_ = data[0];                                                        \
-        const char *a_ = data[1], *b_ = data[2], *c_ = data[3];                    \
-        const int64_t s = (int64_t)sizeof(T);                                      \
-        if (st[0] == s && st[1] == 1 && st[2] == s && st[3] == s) {                \
-            TU *o = (TU *)o_;                                                      \
-            const ref_u8 *ap = (const ref_u8 *)a_;                                 \
-            const TU *bp = (const TU *)b_, *cp = (const TU *)c_;                   \
-            for (int64_t i = 0; i < n; ++i)                                        \
-                o[i] = ap[i] ? bp[i] : cp[i];                                      \
-        } else if (st[0] == s && st[1] == 1 && st[2] == s && st[3] == 0) {         \
-            TU *o = (TU *)o_;                                                      \
-            const ref_u8 *ap = (const ref_u8 *)a_;                                 \
-            const TU *bp = (const TU *)b_;                                         \
-            const T c = *(const TU *)c_;                                           \
-            for (int64_t i = 0; i < n; ++i)                                        \
-                o[i] = ap[i] ? bp[i] : c;                                          \
-        } else if (st[0] == s && st[1] == 1 && st[2] == 0 && st[3] == s) {         \
-            TU *o = (TU *)o_;                                                      \
-            const ref_u8 *ap = (const ref_u8 *)a_;                                 \
-            const TU *cp = (const TU *)c_;                                         \
-            const T b = *(const TU *)b_;                                           \
-            for (int64_t i = 0; i < n; ++i)                                        \
-                o[i] = ap[i] ? b : cp[i];                                          \
-        } else {                                                                   \
-            for (int64_t i = 0; i < n; ++i) {                                      \
-                uint8_t a = *(const ref_u8 *)(a_ + i * st[1]);                     \
-                T b = *(const TU *)(b_ + i * st[2]);                               \
-                T c = *(const TU *)(c_ + i * st[3]);                               \
-                *(TU *)(o_ + i * st[0]) = a ? b : c;                               \
-            }                                                                      \
-        }                                                                          \
-    }
-
-#define NOSETUP
-
-#define DEF1_F(NAME, SETUP, EXPR)                                                  \
-    EW_LOOP1(NAME##_f32, float, ref_f32, float, ref_f32, SETUP, EXPR)              \
-    EW_LOOP1(NAME##_f64, double, ref_f64, double, ref_f64, SETUP, EXPR)
-#define DEF1_I(NAME, SETUP, EXPR) \
-    EW_LOOP1(NAME##_i64, int64_t, ref_i64, int64_t, ref_i64, SETUP, EXPR)
-#define DEF2_F(NAME, SETUP, EXPR)                                                  \
-    EW_LOOP2(NAME##_f32, float, ref_f32, float, ref_f32, SETUP, EXPR)              \
-    EW_LOOP2(NAME##_f64, double, ref_f64, double, ref_f64, SETUP, EXPR)
-#define DEF2_I(NAME, SETUP, EXPR) \
-    EW_LOOP2(NAME##_i64, int64_t, ref_i64, int64_t, ref_i64, SETUP, EXPR)
-#define DEF_CMP(NAME, EXPR)                                                        \
-    EW_LOOP2(NAME##_f32, float, ref_f32, uint8_t, ref_u8, NOSETUP, EXPR)           \
-    EW_LOOP2(NAME##_f64, double, ref_f64, uint8_t, ref_u8, NOSETUP, EXPR)          \
-    EW_LOOP2(NAME##_i64, int64_t, ref_i64, uint8_t, ref_u8, NOSETUP, EXPR)
-#define DEF3_F(NAME, SETUP, EXPR)                                                  \
-    EW_LOOP3(NAME##_f32, float, ref_f32, SETUP, EXPR)                              \
-    EW_LOOP3(NAME##_f64, double, ref_f64, SETUP, EXPR)
-#define DEF3_I(NAME, SETUP, EXPR) EW_LOOP3(NAME##_i64, int64_t, ref_i64, SETUP, EXPR)
-
-#define G1(F, x) _Generic((x), float: F##f, default: F)(x)
 
 /* ---- loops ----------------------------------------------------------------- */
 
@@ -329,37 +149,7 @@ EW_WHERE(l_where_i64, int64_t, ref_i64)
 
 /* ---- op driver ------------------------------------------------------------------ */
 
-typedef struct ew_loops {
-    ref_loop_fn f32, f64, i64;
-} ew_loops;
-
-#define LOOPS_F(NAME) ((ew_loops){NAME##_f32, NAME##_f64, NULL})
-#define LOOPS_FI(NAME) ((ew_loops){NAME##_f32, NAME##_f64, NAME##_i64})
-
-enum {
-    EW_INT_TO_FLOAT = 1u, /* integral/bool common dtype computes in float32 */
-    EW_NO_BOOL = 2u,      /* bool common dtype is not supported */
-    EW_BOOL_OUT = 4u,     /* comparison: the loop writes bool */
-    EW_SCALAR_OPMATH = 8u, /* a scalar second input keeps float precision for
-                              float16/bfloat16 (PyTorch's mul/div) */
-};
-
-enum { IN_PROMOTE = 0, IN_COND = 1 };
-
-typedef struct ew_call {
-    const fl_tensor *out;
-    int nin;
-    ref_operand in[REF_EW_MAX_INPUTS];
-    int in_role[REF_EW_MAX_INPUTS];      /* IN_PROMOTE or IN_COND */
-    int nextra;                          /* scalars that join the type promotion */
-    ref_operand extra[2];
-    int nparams;                         /* scalars converted to the compute type */
-    ref_scalar params[4];
-    const char *param_names[4];
-    int param_trunc[4];                  /* fractional value allowed for integral compute */
-} ew_call;
-
-static fl_status run_ew(const ref_args *a, ew_loops loops, unsigned flags, ew_call *c) {
+fl_status ref_ew_run(const ref_args *a, ew_loops loops, unsigned flags, ew_call *c) {
     ref_operand prom[REF_EW_MAX_INPUTS + 2];
     int np = 0;
     for (int k = 0; k < c->nin; ++k)
@@ -422,7 +212,7 @@ static fl_status run_ew(const ref_args *a, ew_loops loops, unsigned flags, ew_ca
 /* ---- argument patterns ----------------------------------------------------------- */
 
 /* (self, out) */
-static fl_status unary(const char *op, const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx,
+fl_status ref_ew_unary(const char *op, const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx,
                        ew_loops loops, unsigned flags) {
     ref_args a;
     ew_call c;
@@ -431,11 +221,11 @@ static fl_status unary(const char *op, const fl_arg *args, uint32_t nargs, ref_k
     REF_TRY(ref_get_operand(&a, 0, "self", &c.in[0]));
     REF_TRY(ref_get_tensor(&a, 1, "out", &c.out));
     c.nin = 1;
-    return run_ew(&a, loops, flags, &c);
+    return ref_ew_run(&a, loops, flags, &c);
 }
 
 /* (self, other, out) */
-static fl_status binary(const char *op, const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx,
+fl_status ref_ew_binary(const char *op, const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx,
                         ew_loops loops, unsigned flags) {
     ref_args a;
     ew_call c;
@@ -445,7 +235,7 @@ static fl_status binary(const char *op, const fl_arg *args, uint32_t nargs, ref_
     REF_TRY(ref_get_operand(&a, 1, "other", &c.in[1]));
     REF_TRY(ref_get_tensor(&a, 2, "out", &c.out));
     c.nin = 2;
-    return run_ew(&a, loops, flags, &c);
+    return ref_ew_run(&a, loops, flags, &c);
 }
 
 /* (self, other, alpha, out) */
@@ -463,15 +253,11 @@ static fl_status binary_alpha(const char *op, const fl_arg *args, uint32_t nargs
     c.nin = 2;
     c.nparams = 1;
     c.param_names[0] = "alpha";
-    return run_ew(&a, loops, flags, &c);
+    return ref_ew_run(&a, loops, flags, &c);
 }
 
 #define K_BINARY_ALPHA(FN, OPNAME, LOOPS, REV, FLAGS) \
     REF_KERNEL(FN) { return binary_alpha(OPNAME, args, nargs, ctx, LOOPS, REV, FLAGS); }
-#define K_BINARY(FN, OPNAME, LOOPS, FLAGS) \
-    REF_KERNEL(FN) { return binary(OPNAME, args, nargs, ctx, LOOPS, FLAGS); }
-#define K_UNARY(FN, OPNAME, LOOPS, FLAGS) \
-    REF_KERNEL(FN) { return unary(OPNAME, args, nargs, ctx, LOOPS, FLAGS); }
 
 #define OPM EW_SCALAR_OPMATH
 K_BINARY_ALPHA(ref_k_add_tensor, "add.Tensor", LOOPS_FI(l_add), 0, 0)
@@ -543,8 +329,24 @@ REF_KERNEL(ref_k_threshold_backward) {
     c.nin = 2;
     c.nparams = 1;
     c.param_names[0] = "threshold";
-    c.param_trunc[0] = 1; /* converted to the tensors' dtype like PyTorch */
-    return run_ew(&a, LOOPS_FI(l_threshold_bw), EW_NO_BOOL, &c);
+    c.param_trunc[0] = 1;
+    /* PyTorch converts the threshold to the tensors' dtype first: -1 is 255
+     * for uint8, 0.1 rounds for float16 */
+    int32_t common = ref_result_type(c.in, 2);
+    if (common >= 0 && common != FL_BOOL) {
+        char v[8];
+        ref_scalar *thr = &c.params[0];
+        if (ref_is_floating(common)) {
+            ref_store_f64(v, common, thr->kind == FL_ARG_FLOAT ? thr->f : (double)thr->i);
+            *thr = (ref_scalar){FL_ARG_FLOAT, ref_load_f64(v, common), 0};
+        } else {
+            ref_store_i64(v, common,
+                          thr->kind == FL_ARG_FLOAT ? ref_double_to_i64(thr->f) : thr->i);
+            const int64_t i = ref_load_i64(v, common);
+            *thr = (ref_scalar){FL_ARG_INT, (double)i, i};
+        }
+    }
+    return ref_ew_run(&a, LOOPS_FI(l_threshold_bw), EW_NO_BOOL, &c);
 }
 
 /* pow.Tensor_Scalar(self, exponent) / pow_.Scalar */
@@ -570,16 +372,19 @@ static fl_status pow_impl(const char *op, const fl_arg *args, uint32_t nargs,
             return ref_fail(&a, "bool tensors are not supported");
         if (c.params[0].i < 0)
             return ref_fail(&a, "integers to negative integer powers are not allowed");
-        return run_ew(&a, (ew_loops){NULL, NULL, l_pow_i64}, EW_NO_BOOL, &c);
+        return ref_ew_run(&a, (ew_loops){NULL, NULL, l_pow_i64}, EW_NO_BOOL, &c);
     }
     ew_loops loops;
     if (full == FL_FLOAT16 || full == FL_BFLOAT16) {
-        /* PyTorch: the exponent in the tensor's dtype, std::pow, no special cases */
+        /* PyTorch: the generic pow takes the exponent rounded to the tensor's
+         * dtype; float16 has no special cases, bfloat16 shares float32's
+         * (sqrt for 0.5: pow(-inf, 0.5) is NaN, not inf) */
         uint16_t h;
         ref_store_f64(&h, full, e);
         c.params[0].kind = FL_ARG_FLOAT;
         c.params[0].f = ref_load_f64(&h, full);
-        return run_ew(&a, (ew_loops){l_powg_f32, l_powg_f64, NULL}, EW_NO_BOOL, &c);
+        if (full == FL_FLOAT16)
+            return ref_ew_run(&a, (ew_loops){l_powg_f32, l_powg_f64, NULL}, EW_NO_BOOL, &c);
     }
     if (e == 0.0)
         loops = LOOPS_F(l_pow_one);
@@ -599,7 +404,7 @@ static fl_status pow_impl(const char *op, const fl_arg *args, uint32_t nargs,
         loops = LOOPS_F(l_pow_invsq);
     else
         loops = (ew_loops){l_powg_f32, l_powg_f64, NULL};
-    return run_ew(&a, loops, EW_NO_BOOL, &c);
+    return ref_ew_run(&a, loops, EW_NO_BOOL, &c);
 }
 REF_KERNEL(ref_k_pow_tensor_scalar) { return pow_impl("pow.Tensor_Scalar", args, nargs, ctx); }
 REF_KERNEL(ref_k_pow__scalar) { return pow_impl("pow_.Scalar", args, nargs, ctx); }
@@ -618,7 +423,7 @@ static fl_status lerp_impl(const char *op, const fl_arg *args, uint32_t nargs,
     c.nin = 2;
     c.nparams = 1;
     c.param_names[0] = "weight";
-    return run_ew(&a, LOOPS_F(l_lerp), EW_NO_BOOL, &c);
+    return ref_ew_run(&a, LOOPS_F(l_lerp), EW_NO_BOOL, &c);
 }
 REF_KERNEL(ref_k_lerp_scalar) { return lerp_impl("lerp.Scalar", args, nargs, ctx); }
 REF_KERNEL(ref_k_lerp__scalar) { return lerp_impl("lerp_.Scalar", args, nargs, ctx); }
@@ -644,12 +449,15 @@ static fl_status addc_impl(const char *op, const fl_arg *args, uint32_t nargs,
             return ref_fail(&a, "integer division with addcdiv is not supported (dtype %s)",
                             ref_dtype_name(common));
     }
-    return run_ew(&a, loops, EW_NO_BOOL, &c);
+    return ref_ew_run(&a, loops, EW_NO_BOOL, &c);
 }
 REF_KERNEL(ref_k_addcmul) { return addc_impl("addcmul", args, nargs, ctx, LOOPS_FI(l_addcmul), 0); }
 REF_KERNEL(ref_k_addcmul_) { return addc_impl("addcmul_", args, nargs, ctx, LOOPS_FI(l_addcmul), 0); }
 REF_KERNEL(ref_k_addcdiv) { return addc_impl("addcdiv", args, nargs, ctx, LOOPS_F(l_addcdiv), 1); }
 REF_KERNEL(ref_k_addcdiv_) { return addc_impl("addcdiv_", args, nargs, ctx, LOOPS_F(l_addcdiv), 1); }
+
+static fl_status clamp_run(const ref_args *a, ew_call *c, int has_min, ref_scalar lo,
+                           int has_max, ref_scalar hi);
 
 /* clamp(self, min?, max?) */
 static fl_status clamp_impl(const char *op, const fl_arg *args, uint32_t nargs,
@@ -666,23 +474,29 @@ static fl_status clamp_impl(const char *op, const fl_arg *args, uint32_t nargs,
     REF_TRY(ref_get_tensor(&a, 3, "out", &c.out));
     if (!has_min && !has_max)
         return ref_fail(&a, "at least one of 'min' or 'max' must not be None");
-    c.nin = 1;
-    c.nparams = 2;
-    c.param_names[0] = "min";
-    c.param_names[1] = "max";
-    c.params[0] = has_min ? lo : (ref_scalar){FL_ARG_INT, 0.0, 0};
-    c.params[1] = has_max ? hi : (ref_scalar){FL_ARG_INT, 0.0, 0};
+    return clamp_run(&a, &c, has_min, lo, has_max, hi);
+}
+
+/* the bounds that are present (at least one) join the promotion and the params */
+static fl_status clamp_run(const ref_args *a, ew_call *c, int has_min, ref_scalar lo,
+                           int has_max, ref_scalar hi) {
+    c->nin = 1;
+    c->nparams = 2;
+    c->param_names[0] = "min";
+    c->param_names[1] = "max";
+    c->params[0] = has_min ? lo : (ref_scalar){FL_ARG_INT, 0.0, 0};
+    c->params[1] = has_max ? hi : (ref_scalar){FL_ARG_INT, 0.0, 0};
     if (has_min)
-        c.extra[c.nextra++].s = lo;
+        c->extra[c->nextra++].s = lo;
     if (has_max)
-        c.extra[c.nextra++].s = hi;
+        c->extra[c->nextra++].s = hi;
     ew_loops loops = has_min && has_max ? LOOPS_FI(l_clamp_both)
                      : has_min          ? LOOPS_FI(l_clamp_min)
                                         : LOOPS_FI(l_clamp_max);
     if ((has_min && lo.kind == FL_ARG_FLOAT && lo.f != lo.f) ||
         (has_max && hi.kind == FL_ARG_FLOAT && hi.f != hi.f))
         loops = (ew_loops){l_nan_f32, l_nan_f64, NULL}; /* NaN bound: all NaN */
-    return run_ew(&a, loops, EW_NO_BOOL, &c);
+    return ref_ew_run(a, loops, EW_NO_BOOL, c);
 }
 REF_KERNEL(ref_k_clamp) { return clamp_impl("clamp", args, nargs, ctx); }
 REF_KERNEL(ref_k_clamp_) { return clamp_impl("clamp_", args, nargs, ctx); }
@@ -702,5 +516,90 @@ REF_KERNEL(ref_k_where_self) {
                         ref_dtype_name(c.in[0].t->dtype));
     c.nin = 3;
     c.in_role[0] = IN_COND;
-    return run_ew(&a, (ew_loops){l_where_f32, l_where_f64, l_where_i64}, 0, &c);
+    return ref_ew_run(&a, (ew_loops){l_where_f32, l_where_f64, l_where_i64}, 0, &c);
+}
+
+/* clamp_min(self, min) / clamp_max(self, max) and their in-place forms */
+static fl_status clamp_one(const char *op, const fl_arg *args, uint32_t nargs,
+                           ref_kernel_ctx *ctx, int is_min) {
+    ref_args a;
+    ew_call c;
+    ref_scalar bound;
+    memset(&c, 0, sizeof c);
+    REF_TRY(ref_args_init(&a, op, args, nargs, 3, ctx));
+    REF_TRY(ref_get_operand(&a, 0, "self", &c.in[0]));
+    REF_TRY(ref_get_scalar(&a, 1, is_min ? "min" : "max", &bound));
+    REF_TRY(ref_get_tensor(&a, 2, "out", &c.out));
+    return clamp_run(&a, &c, is_min, bound, !is_min, bound);
+}
+REF_KERNEL(ref_k_clamp_min) { return clamp_one("clamp_min", args, nargs, ctx, 1); }
+REF_KERNEL(ref_k_clamp_min_) { return clamp_one("clamp_min_", args, nargs, ctx, 1); }
+REF_KERNEL(ref_k_clamp_max) { return clamp_one("clamp_max", args, nargs, ctx, 0); }
+REF_KERNEL(ref_k_clamp_max_) { return clamp_one("clamp_max_", args, nargs, ctx, 0); }
+
+/* masked_fill.Scalar(self, mask, value): where(mask, value, self) in self's
+ * dtype -- the value is converted to self's kind first, as PyTorch does */
+static fl_status masked_fill_impl(const char *op, const fl_arg *args, uint32_t nargs,
+                                  ref_kernel_ctx *ctx) {
+    ref_args a;
+    ew_call c;
+    memset(&c, 0, sizeof c);
+    REF_TRY(ref_args_init(&a, op, args, nargs, 4, ctx));
+    REF_TRY(ref_get_tensor(&a, 0, "self", &c.in[2].t));
+    REF_TRY(ref_get_operand(&a, 1, "mask", &c.in[0]));
+    REF_TRY(ref_get_scalar(&a, 2, "value", &c.in[1].s));
+    REF_TRY(ref_get_tensor(&a, 3, "out", &c.out));
+    if (c.in[0].t && c.in[0].t->dtype != FL_BOOL)
+        return ref_fail(&a, "mask must be a bool tensor, got %s", ref_dtype_name(c.in[0].t->dtype));
+    ref_scalar *v = &c.in[1].s;
+    int32_t sdt = c.in[2].t->dtype;
+    if (sdt == FL_BOOL)
+        *v = (ref_scalar){FL_ARG_BOOL, v->f != 0.0, v->f != 0.0};
+    else if (ref_is_integral(sdt) && v->kind == FL_ARG_FLOAT)
+        *v = (ref_scalar){FL_ARG_INT, (double)ref_double_to_i64(v->f), ref_double_to_i64(v->f)};
+    c.nin = 3;
+    c.in_role[0] = IN_COND;
+    return ref_ew_run(&a, (ew_loops){l_where_f32, l_where_f64, l_where_i64}, 0, &c);
+}
+REF_KERNEL(ref_k_masked_fill_scalar) {
+    return masked_fill_impl("masked_fill.Scalar", args, nargs, ctx);
+}
+REF_KERNEL(ref_k_masked_fill__scalar) {
+    return masked_fill_impl("masked_fill_.Scalar", args, nargs, ctx);
+}
+
+/* numpy broadcast shape of the tensor arguments [0, n); returns its ndim */
+static int broadcast_shape(const fl_arg *args, uint32_t n, int64_t *shape) {
+    int nd = 0;
+    for (uint32_t i = 0; i < n; ++i)
+        if (args[i].kind == FL_ARG_TENSOR && args[i].value.tensor->ndim > nd)
+            nd = args[i].value.tensor->ndim;
+    for (int d = 0; d < nd; ++d)
+        shape[d] = 1;
+    for (uint32_t i = 0; i < n; ++i) {
+        if (args[i].kind != FL_ARG_TENSOR)
+            continue;
+        const fl_tensor *t = args[i].value.tensor;
+        for (int d = 0; d < t->ndim; ++d)
+            if (shape[nd - t->ndim + d] == 1)
+                shape[nd - t->ndim + d] = t->sizes[d];
+    }
+    return nd;
+}
+
+/* where.self_out(condition, self, other, *, out) -> out: PyTorch's math
+ * attention calls it with out aliasing other (a same-place update).  The
+ * runtime does not resize out= tensors, so an out of another shape (PyTorch
+ * would resize it) fails instead of being silently left alone. */
+REF_KERNEL(ref_k_where_self_out) {
+    int64_t shape[REF_MAX_DIMS];
+    const fl_tensor *out = nargs == 5 && args[4].kind == FL_ARG_TENSOR ? args[4].value.tensor : NULL;
+    const int nd = broadcast_shape(args, nargs < 3 ? nargs : 3, shape);
+    int same = out && out->ndim == nd;
+    for (int d = 0; same && d < nd; ++d)
+        same = out->sizes[d] == shape[d];
+    if (!same)
+        return ref_kernel_fail(ctx, "where.self_out: out must already have the broadcast shape "
+                                    "of condition, self and other");
+    return ref_out_variant("where.self_out", args, nargs, ctx, ref_k_where_self);
 }

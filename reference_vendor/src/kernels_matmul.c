@@ -1,5 +1,5 @@
 /*
- * kernels_matmul.c -- mm, addmm, bmm on BLAS (OpenBLAS sgemm/dgemm).
+ * kernels_matmul.c -- mm, addmm, bmm, baddbmm on BLAS (OpenBLAS sgemm/dgemm).
  *
  * A strided matrix goes to BLAS directly when one of its strides is 1 (as
  * a normal or transposed operand, the other stride as leading dimension) and
@@ -176,6 +176,33 @@ REF_KERNEL(ref_k_mm) {
     return gemm_strided(&a, x->dtype, &A, &B, &C, 1.0, 0.0);
 }
 
+/* out = beta * broadcast(self) (self a tensor or a scalar); out is 2-d or 3-d */
+static fl_status fill_beta_self(const ref_args *a, const ref_operand *self, const fl_tensor *out,
+                                double beta) {
+    const size_t es = ref_dtype_size(out->dtype);
+    int64_t st[REF_MAX_DIMS] = {0};
+    const char *sp = NULL;
+    if (self->t) {
+        REF_TRY(ref_broadcast_strides(a, self->t, "self", out->ndim, out->sizes, st));
+        sp = (const char *)ref_tensor_data(self->t);
+    }
+    const int batched = out->ndim == 3;
+    const int64_t nb = batched ? out->sizes[0] : 1;
+    for (int64_t b = 0; b < nb; ++b) {
+        mat C = mat_of(out, batched, batched + 1);
+        C.p += b * (batched ? out->strides[0] : 0) * (int64_t)es;
+        const char *sb = sp ? sp + b * (batched ? st[0] : 0) : NULL;
+        const int64_t srs = st[batched], scs = st[batched + 1];
+        for (int64_t i = 0; i < C.rows; ++i)
+            for (int64_t j = 0; j < C.cols; ++j) {
+                char *cp = C.p + (i * C.rs + j * C.cs) * (int64_t)es;
+                double v = sb ? ref_load_f64(sb + i * srs + j * scs, out->dtype) : self->s.f;
+                ref_store_f64(cp, out->dtype, beta == 1.0 ? v : beta * v);
+            }
+    }
+    return FL_SUCCESS;
+}
+
 /* addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) */
 REF_KERNEL(ref_k_addmm) {
     ref_args a;
@@ -199,34 +226,34 @@ REF_KERNEL(ref_k_addmm) {
         return ref_fail(&a, "shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
                         (long long)x->sizes[0], (long long)x->sizes[1], (long long)y->sizes[0],
                         (long long)y->sizes[1]);
-    size_t es = ref_dtype_size(out->dtype);
     mat C = mat_of(out, 0, 1);
-    if (beta != 0.0) {
-        /* C = beta * broadcast(self) */
-        int64_t st[REF_MAX_DIMS];
-        int64_t srs = 0, scs = 0;
-        const char *sp = NULL;
-        double sv = self.t ? 0.0 : self.s.f;
-        if (self.t) {
-            REF_TRY(ref_broadcast_strides(&a, self.t, "self", 2, out->sizes, st));
-            srs = st[0];
-            scs = st[1];
-            sp = (const char *)ref_tensor_data(self.t);
-        }
-        for (int64_t i = 0; i < C.rows; ++i)
-            for (int64_t j = 0; j < C.cols; ++j) {
-                char *cp = C.p + (i * C.rs + j * C.cs) * (int64_t)es;
-                if (es == 4) {
-                    float v = sp ? *(const ref_f32 *)(sp + i * srs + j * scs) : (float)sv;
-                    *(ref_f32 *)cp = beta == 1.0 ? v : (float)beta * v;
-                } else {
-                    double v = sp ? *(const ref_f64 *)(sp + i * srs + j * scs) : sv;
-                    *(ref_f64 *)cp = beta == 1.0 ? v : beta * v;
-                }
-            }
-    }
+    if (beta != 0.0)
+        REF_TRY(fill_beta_self(&a, &self, out, beta));
     mat A = mat_of(x, 0, 1), B = mat_of(y, 0, 1);
     return gemm_strided(&a, x->dtype, &A, &B, &C, alpha, beta != 0.0 ? 1.0 : 0.0);
+}
+
+/* C_i = alpha * A_i @ B_i + beta * C_i over the batch */
+static fl_status batched(const ref_args *a, const fl_tensor *x, const fl_tensor *y,
+                         const fl_tensor *out, double alpha, double beta) {
+    REF_TRY(check_float_same(a, x, y, out));
+    if (x->ndim != 3 || y->ndim != 3 || out->ndim != 3)
+        return ref_fail(a, "expected 3-D tensors");
+    int64_t b = x->sizes[0];
+    if (y->sizes[0] != b || out->sizes[0] != b || x->sizes[2] != y->sizes[1] ||
+        out->sizes[1] != x->sizes[1] || out->sizes[2] != y->sizes[2])
+        return ref_fail(a, "batch shapes do not match ([%lld,%lld,%lld] @ [%lld,%lld,%lld])",
+                        (long long)x->sizes[0], (long long)x->sizes[1], (long long)x->sizes[2],
+                        (long long)y->sizes[0], (long long)y->sizes[1], (long long)y->sizes[2]);
+    size_t es = ref_dtype_size(x->dtype);
+    for (int64_t i = 0; i < b; ++i) {
+        mat A = mat_of(x, 1, 2), B = mat_of(y, 1, 2), C = mat_of(out, 1, 2);
+        A.p += i * x->strides[0] * (int64_t)es;
+        B.p += i * y->strides[0] * (int64_t)es;
+        C.p += i * out->strides[0] * (int64_t)es;
+        REF_TRY(gemm_strided(a, x->dtype, &A, &B, &C, alpha, beta));
+    }
+    return FL_SUCCESS;
 }
 
 /* bmm(Tensor self, Tensor mat2) */
@@ -237,22 +264,29 @@ REF_KERNEL(ref_k_bmm) {
     REF_TRY(ref_get_tensor(&a, 0, "self", &x));
     REF_TRY(ref_get_tensor(&a, 1, "mat2", &y));
     REF_TRY(ref_get_tensor(&a, 2, "out", &out));
+    return batched(&a, x, y, out, 1.0, 0.0);
+}
+
+/* baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) */
+REF_KERNEL(ref_k_baddbmm) {
+    ref_args a;
+    const fl_tensor *x, *y, *out;
+    ref_operand self;
+    double beta, alpha;
+    REF_TRY(ref_args_init(&a, "baddbmm", args, nargs, 6, ctx));
+    REF_TRY(ref_get_operand(&a, 0, "self", &self));
+    REF_TRY(ref_get_tensor(&a, 1, "batch1", &x));
+    REF_TRY(ref_get_tensor(&a, 2, "batch2", &y));
+    REF_TRY(ref_get_double(&a, 3, "beta", &beta));
+    REF_TRY(ref_get_double(&a, 4, "alpha", &alpha));
+    REF_TRY(ref_get_tensor(&a, 5, "out", &out));
     REF_TRY(check_float_same(&a, x, y, out));
-    if (x->ndim != 3 || y->ndim != 3 || out->ndim != 3)
-        return ref_fail(&a, "expected 3-D tensors");
-    int64_t b = x->sizes[0];
-    if (y->sizes[0] != b || out->sizes[0] != b || x->sizes[2] != y->sizes[1] ||
-        out->sizes[1] != x->sizes[1] || out->sizes[2] != y->sizes[2])
-        return ref_fail(&a, "batch shapes do not match ([%lld,%lld,%lld] @ [%lld,%lld,%lld])",
-                        (long long)x->sizes[0], (long long)x->sizes[1], (long long)x->sizes[2],
-                        (long long)y->sizes[0], (long long)y->sizes[1], (long long)y->sizes[2]);
-    size_t es = ref_dtype_size(x->dtype);
-    for (int64_t i = 0; i < b; ++i) {
-        mat A = mat_of(x, 1, 2), B = mat_of(y, 1, 2), C = mat_of(out, 1, 2);
-        A.p += i * x->strides[0] * (int64_t)es;
-        B.p += i * y->strides[0] * (int64_t)es;
-        C.p += i * out->strides[0] * (int64_t)es;
-        REF_TRY(gemm_strided(&a, x->dtype, &A, &B, &C, 1.0, 0.0));
-    }
-    return FL_SUCCESS;
+    if (self.t && self.t->dtype != x->dtype)
+        return ref_fail(&a, "self is %s, batch1 is %s", ref_dtype_name(self.t->dtype),
+                        ref_dtype_name(x->dtype));
+    if (out->ndim != 3)
+        return ref_fail(&a, "expected 3-D batch1, batch2");
+    if (beta != 0.0)
+        REF_TRY(fill_beta_self(&a, &self, out, beta));
+    return batched(&a, x, y, out, alpha, beta != 0.0 ? 1.0 : 0.0);
 }

@@ -15,8 +15,8 @@ typedef struct pool_geom {
     int64_t is[4], os[4], xs[4]; /* element strides: input, output, indices */
 } pool_geom;
 
-static fl_status pair_arg(const ref_args *a, uint32_t i, const char *name, int allow_empty,
-                          int64_t *v0, int64_t *v1, int *empty) {
+fl_status ref_pool_pair_arg(const ref_args *a, uint32_t i, const char *name, int allow_empty,
+                            int64_t *v0, int64_t *v1, int *empty) {
     const int64_t *v;
     uint32_t n;
     REF_TRY(ref_get_int_list(a, i, name, &v, &n));
@@ -33,8 +33,20 @@ static fl_status pair_arg(const ref_args *a, uint32_t i, const char *name, int a
     return FL_SUCCESS;
 }
 
-static int64_t pool_out_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil,
-                             int ceil_mode) {
+/* kernel_size, stride ([] = kernel_size), padding at args ki, ki+1, ki+2 */
+fl_status ref_pool_window_args(const ref_args *a, uint32_t ki, const ref_pool_window *w) {
+    int empty;
+    REF_TRY(ref_pool_pair_arg(a, ki, "kernel_size", 0, w->kh, w->kw, NULL));
+    REF_TRY(ref_pool_pair_arg(a, ki + 1, "stride", 1, w->sh, w->sw, &empty));
+    if (empty) {
+        *w->sh = *w->kh;
+        *w->sw = *w->kw;
+    }
+    return ref_pool_pair_arg(a, ki + 2, "padding", 0, w->ph, w->pw, NULL);
+}
+
+int64_t ref_pool_out_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil,
+                          int ceil_mode) {
     int64_t num = in + 2 * pad - dil * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
     int64_t out = (num >= 0 ? num / stride : -((-num + stride - 1) / stride)) + 1;
     if (ceil_mode && (out - 1) * stride >= in + pad)
@@ -45,16 +57,10 @@ static int64_t pool_out_size(int64_t in, int64_t k, int64_t pad, int64_t stride,
 /* x: input; y: a tensor with the output's shape (values or grad_output) */
 static fl_status parse_pool(const ref_args *a, const fl_tensor *x, const fl_tensor *y,
                             uint32_t ki, pool_geom *g, int *ceil_mode) {
-    int empty;
     memset(g, 0, sizeof *g);
-    REF_TRY(pair_arg(a, ki, "kernel_size", 0, &g->KH, &g->KW, NULL));
-    REF_TRY(pair_arg(a, ki + 1, "stride", 1, &g->SH, &g->SW, &empty));
-    if (empty) {
-        g->SH = g->KH;
-        g->SW = g->KW;
-    }
-    REF_TRY(pair_arg(a, ki + 2, "padding", 0, &g->PH, &g->PW, NULL));
-    REF_TRY(pair_arg(a, ki + 3, "dilation", 0, &g->DH, &g->DW, NULL));
+    const ref_pool_window w = {&g->KH, &g->KW, &g->SH, &g->SW, &g->PH, &g->PW};
+    REF_TRY(ref_pool_window_args(a, ki, &w));
+    REF_TRY(ref_pool_pair_arg(a, ki + 3, "dilation", 0, &g->DH, &g->DW, NULL));
     REF_TRY(ref_get_bool(a, ki + 4, "ceil_mode", ceil_mode));
     if (x->dtype != FL_FLOAT32 && x->dtype != FL_FLOAT64)
         return ref_fail(a, "dtype %s is not supported (float32, float64)",
@@ -72,8 +78,8 @@ static fl_status parse_pool(const ref_args *a, const fl_tensor *x, const fl_tens
     g->C = x->sizes[b];
     g->H = x->sizes[b + 1];
     g->W = x->sizes[b + 2];
-    g->OH = pool_out_size(g->H, g->KH, g->PH, g->SH, g->DH, *ceil_mode);
-    g->OW = pool_out_size(g->W, g->KW, g->PW, g->SW, g->DW, *ceil_mode);
+    g->OH = ref_pool_out_size(g->H, g->KH, g->PH, g->SH, g->DH, *ceil_mode);
+    g->OW = ref_pool_out_size(g->W, g->KW, g->PW, g->SW, g->DW, *ceil_mode);
     if (g->OH <= 0 || g->OW <= 0)
         return ref_fail(a, "output size is too small (%lldx%lld)", (long long)g->OH,
                         (long long)g->OW);

@@ -1,5 +1,5 @@
 /*
- * kernels_random.c -- normal_, uniform_, bernoulli_.float.
+ * kernels_random.c -- normal_, uniform_, bernoulli_.float, native_dropout.
  *
  * Counter-based: element i (row-major logical index over self's shape,
  * independent of its strides) takes the four 32-bit words of
@@ -13,6 +13,7 @@
  *              double with 53-bit u1, u2 for float64, in float with 24-bit
  *              ones otherwise)
  *   bernoulli: u < p ? 1 : 0 (u with 53 bits), any dtype
+ * native_dropout keeps an element when u < 1 - p (see its own counter below).
  */
 #include <math.h>
 
@@ -217,4 +218,74 @@ REF_KERNEL(ref_k_bernoulli__float) {
     c.kind = RNG_BERNOULLI;
     c.dt = t->dtype;
     return rng_run(&a, t, &c);
+}
+
+/* ---- dropout ------------------------------------------------------------------- */
+
+/* native_dropout's schema has no Generator, so the runtime passes no (seed,
+ * offset): the chip draws from its own counter stream, advanced atomically by
+ * every call (distinct masks per call; not reset by torch.manual_seed). */
+#define DROPOUT_SEED UINT64_C(0x5DEECE66D2545F49)
+static uint64_t dropout_counter;
+
+typedef struct dropout_job {
+    const double *x;
+    double *y;
+    uint8_t *mask;
+    int64_t n;
+    double keep, scale;
+    uint64_t seed, counter;
+} dropout_job;
+
+static void dropout_fill(const dropout_job *j) {
+    uint32_t r0[RNG_BLOCK], r1[RNG_BLOCK], r2[RNG_BLOCK], r3[RNG_BLOCK];
+    for (int64_t off = 0; off < j->n; off += RNG_BLOCK) {
+        int m = j->n - off < RNG_BLOCK ? (int)(j->n - off) : RNG_BLOCK;
+        philox_block(j->counter + (uint64_t)off, j->seed, m, r0, r1, r2, r3);
+        for (int k = 0; k < m; ++k) {
+            const uint8_t keep = u53(r0[k], r1[k]) < j->keep;
+            j->mask[off + k] = keep;
+            j->y[off + k] = keep ? j->x[off + k] * j->scale : 0.0;
+        }
+    }
+}
+
+/* native_dropout(input, p, train?) -> (output, mask) */
+REF_KERNEL(ref_k_native_dropout) {
+    ref_args a;
+    const fl_tensor *x, *y, *mask;
+    double p;
+    int train = 1; /* train=None means training */
+    REF_TRY(ref_args_init(&a, "native_dropout", args, nargs, 5, ctx));
+    REF_TRY(ref_get_tensor(&a, 0, "input", &x));
+    REF_TRY(ref_get_double(&a, 1, "p", &p));
+    if (!ref_arg_is_none(&a, 2))
+        REF_TRY(ref_get_bool(&a, 2, "train", &train));
+    REF_TRY(ref_get_tensor(&a, 3, "output", &y));
+    REF_TRY(ref_get_tensor(&a, 4, "mask", &mask));
+    REF_TRY(ref_check_dtype(&a, x, "input", REF_FLOAT_TYPES));
+    if (!(p >= 0.0 && p <= 1.0))
+        return ref_fail(&a, "dropout probability has to be between 0 and 1, but got %g", p);
+    if (mask->dtype != FL_BOOL)
+        return ref_fail(&a, "mask must be bool, got %s", ref_dtype_name(mask->dtype));
+    const int64_t n = ref_numel(x);
+    const int training = train;
+    dropout_job j = {.n = n, .keep = training ? 1.0 - p : 1.0,
+                     .scale = !training ? 1.0 : (p < 1.0 ? 1.0 / (1.0 - p) : 0.0),
+                     .seed = DROPOUT_SEED ^ (uint64_t)ctx->device,
+                     .counter = __atomic_fetch_add(&dropout_counter, (uint64_t)n,
+                                                   __ATOMIC_RELAXED)};
+    void *buf[3] = {0};
+    fl_status st = ref_pack(&a, x, FL_FLOAT64, &buf[0]);
+    if (st == FL_SUCCESS) st = ref_alloc_f64(&a, n, (double **)&buf[1]);
+    if (st == FL_SUCCESS && !(buf[2] = ref_alloc((size_t)n)))
+        st = ref_fail(&a, "out of host memory for a %lld-element mask", (long long)n);
+    if (st == FL_SUCCESS) {
+        j.x = buf[0], j.y = buf[1], j.mask = buf[2];
+        dropout_fill(&j);
+        ref_unpack(y, FL_FLOAT64, buf[1]);
+        ref_unpack(mask, FL_BOOL, buf[2]);
+    }
+    ref_free_all(buf, 3);
+    return st;
 }

@@ -202,7 +202,8 @@ static fl_status sum_impl(const ref_args *a, const fl_tensor *in, const uint8_t 
     return FL_SUCCESS;
 }
 
-static fl_status dim_mask(const ref_args *a, const fl_tensor *in, uint32_t argi, uint8_t *rmask) {
+fl_status ref_reduce_dim_mask(const ref_args *a, const fl_tensor *in, uint32_t argi,
+                              uint8_t *rmask) {
     int present;
     const int64_t *dims;
     uint32_t nd;
@@ -246,7 +247,7 @@ static fl_status sum_dims(const char *op, const fl_arg *args, uint32_t nargs, re
     REF_TRY(ref_get_bool(&a, 2, "keepdim", &keepdim));
     REF_TRY(ref_get_tensor(&a, 4, "out", &out));
     uint8_t rmask[REF_MAX_DIMS];
-    REF_TRY(dim_mask(&a, in, 1, rmask));
+    REF_TRY(ref_reduce_dim_mask(&a, in, 1, rmask));
     return sum_impl(&a, in, rmask, out, mean);
 }
 
