@@ -83,11 +83,14 @@ def _identical(g: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (g == w) & (torch.signbit(g) == torch.signbit(w)) | (g.isnan() & w.isnan())
 
 
-def exact(got: torch.Tensor, ref: Reference) -> Verdict:
+def exact(got: torch.Tensor, ref: Reference, zero_sign: bool = True) -> Verdict:
     """Equal to PyTorch CPU, or to the correctly rounded result (PyTorch rounds some
-    float16 intermediates, e.g. in add with alpha, where an exact kernel does not)."""
+    float16 intermediates, e.g. in add with alpha, where an exact kernel does not);
+    without `zero_sign`, +0 and -0 match each other."""
     g, w = _as_numbers(got.contiguous()), _as_numbers(ref.cpu.contiguous())
     same = _identical(g, w)
+    if not zero_sign and g.is_floating_point():
+        same |= (g == 0) & (w == 0)
     if g.is_floating_point() and ref.wide is not None:
         same |= _identical(g, ref.rounded(got.dtype).expand(g.shape))
     diff = torch.where(same, 0.0, (g.double() - w.double()).abs())
@@ -159,7 +162,7 @@ def magnitude(got: torch.Tensor, ref: Reference, tol: Tolerance) -> Verdict:
 def judge(got: torch.Tensor, tol: Tolerance, ref: Reference) -> Verdict:
     """One output against its rule."""
     if tol.kind == "exact":
-        return exact(got, ref)
+        return exact(got, ref, tol.zero_sign)
     if tol.kind == "ulp":
         return ulp(got, ref, tol)
     if tol.kind == "close":

@@ -21,8 +21,8 @@ import torch
 from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.loader import Plugin
-from fl_runtime.schema import (TAG_BOOL_LIST, TAG_FLOAT_LIST, TAG_INT_LIST, TAG_TENSOR_LIST, TAG_VALUE,
-                               OpPlan)
+from fl_runtime.schema import (TAG_BOOL_LIST, TAG_FLOAT_LIST, TAG_GENERATOR, TAG_INT_LIST, TAG_TENSOR_LIST,
+                               TAG_VALUE, OpPlan)
 from fl_runtime.storage import storage_nbytes
 
 from .target import device_properties
@@ -203,7 +203,7 @@ class _Marshal:
             pointers = ffi.new("fl_tensor*[]", [ffi.NULL if t is None else t.struct(self.keep) for t in value])
             self.keep.append(pointers)
             arg.kind, arg.count, arg.value.tensors = abi.ARG_TENSOR_LIST, len(value), pointers
-        elif tag in (TAG_INT_LIST, TAG_BOOL_LIST, TAG_FLOAT_LIST):
+        elif tag in (TAG_INT_LIST, TAG_BOOL_LIST, TAG_FLOAT_LIST, TAG_GENERATOR):   # a generator: {seed, offset}
             items = [value] if isinstance(value, (int, float)) else list(value)
             array = ffi.new("double[]" if tag == TAG_FLOAT_LIST else "int64_t[]", items or [0])
             self.keep.append(array)
@@ -211,7 +211,7 @@ class _Marshal:
             if tag == TAG_FLOAT_LIST:
                 arg.kind, arg.value.floats = abi.ARG_FLOAT_LIST, array
             else:
-                arg.kind, arg.value.ints = abi.ARG_INT_LIST if tag == TAG_INT_LIST else abi.ARG_BOOL_LIST, array
+                arg.kind, arg.value.ints = abi.ARG_BOOL_LIST if tag == TAG_BOOL_LIST else abi.ARG_INT_LIST, array
         elif isinstance(value, torch.dtype):
             arg.kind, arg.value.i = abi.ARG_INT, abi.DTYPE_TO_FL[value]
         elif isinstance(value, bool):
@@ -283,6 +283,8 @@ def output_layouts(plan: OpPlan, values: list) -> list[torch.Tensor | None]:
     for spec, value in zip(plan.args, values):
         if isinstance(value, torch.Tensor):
             value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+        elif spec.tag == TAG_GENERATOR:
+            value = None   # the kernel gets {seed, offset}; PyTorch would want a torch.Generator
         if spec.kwarg_only:
             kwargs[spec.name] = value
         else:

@@ -82,11 +82,25 @@ def worker(library: str, job: dict, profile: dict, run_seed: int, log_path: str,
                 emit({"begin": list(unit)})
                 started = time.monotonic()
                 outcome = run_unit(dev, stream, entry, unit, profile, run_seed,
-                                   lambda case: progress.write_text(json.dumps(case)))
+                                   lambda case: _write_atomically(progress, json.dumps(case)))
                 emit({"unit": list(unit), "outcome": {**outcome, "seconds": time.monotonic() - started}})
         except Exception:
             emit({"fatal": traceback.format_exc(limit=6)})
             raise SystemExit(3)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """A worker killed mid-write must leave the previous case whole, not an empty file."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def _last_case(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}   # died before its first case
 
 
 class KernelWorkers:
@@ -191,7 +205,7 @@ class KernelWorkers:
         message = f"{where} {how}" + (f":\n{run.fatal}" if run.fatal else "")
         outcome = {"status": statuses.FAIL, "message": message, "max_error": None, "error_ratio": None,
                    "tolerance": ""}
-        case = json.loads(run.progress.read_text()) if run.progress.exists() else {}
+        case = _last_case(run.progress)
         if kind == "numerics" and run.current == unit and case.get("dtype") == dtype:
             outcome["reproducer"] = kernel_script(self.library, run.job.op, run.job.variant, dtype, case, "",
                                                   self.seed, f"{where} {how} on this case")

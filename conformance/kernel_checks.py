@@ -18,10 +18,11 @@ from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.schema import compile_plan
 
-from . import statuses
+from . import random_checks, statuses
 from .harness import STATUS, CallFailed, Device, KernelEntry, status_name
 from .numerics import CaseResult, RejectCase, check_case
-from .opspecs import OPSPECS, cases, sweep_case
+from .opinfo_cases import NoSource
+from .opspecs import cases, grid_case, sweep_case
 from .profiles import Profile
 from .recipes import DTYPES
 from .repro import kernel_script
@@ -41,7 +42,8 @@ def _outcome(status: str, message: str = "", result: CaseResult | None = None, *
 
 def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: Profile, run_seed: int,
              progress: Progress) -> dict:
-    """Hypothesis examples (plus the 16-bit sweep) of one kernel on one dtype against PyTorch CPU."""
+    """Hypothesis examples (plus the 16-bit sweep and the special-value grid) of one kernel on
+    one dtype against PyTorch CPU."""
     dtype = DTYPES[dtype_name]
     fast = entry.variant_name == "fast"
     state = {"examples": 0, "rejected": 0, "worst": CaseResult(True), "failure": None}
@@ -63,18 +65,22 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
             state["failure"] = (case, result)   # the last one is hypothesis' shrunk example
             raise _Mismatch(result.message)
 
-    sweep = sweep_case(entry.op, dtype)
     try:
-        if sweep is not None:
+        strategy = cases(entry.op, dtype, entry.dtypes)
+    except NoSource as exc:
+        return _outcome(statuses.UNTESTED, str(exc))
+    try:
+        for explicit in (sweep_case(entry.op, dtype), grid_case(entry.op, dtype)):
             try:
-                check(sweep)
+                if explicit is not None:
+                    check(explicit)
             except UnsatisfiedAssumption:
-                pass   # PyTorch refuses the sweep's inputs; the generated cases still run
+                pass   # PyTorch refuses these inputs; the generated cases still run
         run = settings(max_examples=profile.kernel_examples, database=None, deadline=None,
                        derandomize=False, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
                        report_multiple_bugs=False, print_blob=False,
                        phases=(Phase.explicit, Phase.generate, Phase.shrink))
-        seed(run_seed)(run(given(cases(entry.op, dtype, entry.dtypes))(check)))()
+        seed(run_seed)(run(given(strategy)(check)))()
     except _Mismatch:
         case, result = state["failure"]
         script = kernel_script(dev.plugin.source.path, entry.op, entry.variant_name, dtype_name, case,
@@ -144,7 +150,18 @@ def run_unit(dev: Device, stream, entry: KernelEntry, unit: tuple[str, str | Non
     kind, dtype_name = unit
     if kind == "robustness":
         return robustness(dev, stream, entry)
-    if entry.op not in OPSPECS:
-        return _outcome(statuses.UNTESTED, f"the suite has no case generator for {entry.op} yet")
     torch.manual_seed(run_seed)
+    if random_checks.is_random(entry.op):
+        return random_numerics(dev, stream, entry, dtype_name)
     return numerics(dev, stream, entry, dtype_name, profile, run_seed, progress)
+
+
+def random_numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str) -> dict:
+    """A random kernel on one dtype: the RNG contract and its distribution (fixed seeds)."""
+    problems, worst_z, calls = random_checks.check(dev, stream, entry, dtype_name)
+    tolerance = f"RNG contract of fl_abi.h; statistics within {random_checks.Z_BOUND:g} standard errors"
+    result = CaseResult(not problems, worst_z, worst_z / random_checks.Z_BOUND, tolerance, "; ".join(problems))
+    if not problems:
+        return _outcome(statuses.PASS, "", result, examples=calls)
+    return _outcome(statuses.FAIL, result.message, result, examples=calls,
+                    reproducer=random_checks.script(dev.plugin.source.path, entry, dtype_name))

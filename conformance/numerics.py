@@ -12,10 +12,11 @@ import torch
 
 from fl_runtime.schema import OpPlan, compile_plan
 
+from . import opinfo_cases
 from .compare import Reference, judge
 from .harness import CallFailed, Device, KernelEntry, call_kernel, storage_bytes, tensor_over
 from .recipes import materialize
-from .tolerances import Tolerance, tolerance_for, uses_magnitude
+from .tolerances import Tolerance, side_effect_tolerance, tolerance_for, uses_magnitude
 
 # The sum a kernel accumulates for a mean (same schema): its overflow decides, not the mean's.
 _ACCUMULATES = {"mean": "sum", "mean.dim": "sum.dim_IntList"}
@@ -35,6 +36,8 @@ class CaseResult:
 
 
 def schema_values(plan: OpPlan, case: dict) -> list:
+    if "source" in case:   # an OpInfo sample's call (conformance.opinfo_cases)
+        return opinfo_cases.schema_values(plan.name, case)
     args = [materialize(v) for v in case["args"]]
     kwargs = {k: materialize(v) for k, v in case["kwargs"].items()}
     return plan.normalize(args, kwargs)
@@ -51,9 +54,11 @@ def _copy(value, wide: bool = False, absolute: bool = False):
     """A private copy for a reference run (same layout, so in-place holes are comparable)."""
     if isinstance(value, torch.Tensor):
         t = tensor_over(storage_bytes(value), value)
-        if wide and t.dtype not in (torch.bool, torch.complex64):
+        # Only floating tensors: integer ones are indices (nll_loss targets, pooling indices)
+        # whose dtype and sign the op depends on.
+        if wide and t.is_floating_point():
             t = t.double()
-        if absolute and t.dtype != torch.bool:   # the error scale of finite terms; specials judged apart
+        if absolute and t.is_floating_point():   # the error scale of finite terms; specials judged apart
             t = torch.nan_to_num(t.abs(), nan=0.0, posinf=0.0)
         return t
     if absolute and isinstance(value, float):   # coefficients (alpha, beta); ints are dims and sizes
@@ -61,10 +66,14 @@ def _copy(value, wide: bool = False, absolute: bool = False):
     return value
 
 
-def cpu_reference(plan: OpPlan, values: list) -> list:
-    """PyTorch CPU in the kernel's own dtypes; RejectCase when PyTorch refuses the inputs."""
+def cpu_reference(plan: OpPlan, values: list, inputs_after: list | None = None) -> list:
+    """PyTorch CPU in the kernel's own dtypes; RejectCase when PyTorch refuses the inputs.
+    `inputs_after` receives the inputs as PyTorch left them."""
+    copies = [_copy(v) for v in values]
+    if inputs_after is not None:
+        inputs_after[:] = copies
     try:
-        return _run_torch(plan, [_copy(v) for v in values])
+        return _run_torch(plan, copies)
     except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError) as exc:
         raise RejectCase(str(exc).splitlines()[0]) from None
 
@@ -74,10 +83,10 @@ def wide_reference(plan: OpPlan, values: list, absolute: bool = False) -> list:
     return _run_torch(plan, [_copy(v, wide=True, absolute=absolute) for v in values])
 
 
-def references(plan: OpPlan, values: list) -> list[Reference | None]:
+def references(plan: OpPlan, values: list, inputs_after: list | None = None) -> list[Reference | None]:
     """Per output: PyTorch CPU, and for floating outputs the float64 result (and, for
     sums and products, the magnitudes their error and overflow scale with)."""
-    cpu = cpu_reference(plan, values)
+    cpu = cpu_reference(plan, values, inputs_after)
     if not any(o is not None and o.is_floating_point() for o in cpu):
         return [None if o is None else Reference(o) for o in cpu]
     wide = wide_reference(plan, values)
@@ -103,11 +112,23 @@ def _holes_changed(got: torch.Tensor, want: torch.Tensor) -> bool:
     return not torch.equal(as_bytes[0][outside], as_bytes[1][outside])
 
 
+def _undeclared_write(name: str, before: torch.Tensor, after: torch.Tensor, cpu_after: torch.Tensor) -> list[str]:
+    """A kernel changed an input its schema does not let it change: a fault, unless PyTorch
+    CPU changes it too (native_batch_norm's running statistics), and then to the same values."""
+    if storage_bytes(cpu_after) == storage_bytes(before):
+        return [f"the kernel modified input '{name}'"]
+    rule = side_effect_tolerance(after.dtype)
+    verdict = judge(after, rule, Reference(cpu_after))
+    return [] if verdict.ok else [f"input '{name}', which PyTorch CPU updates too, is out of tolerance "
+                                  f"({rule.describe()}); {verdict.detail}"]
+
+
 def check_case(dev: Device, stream, entry: KernelEntry, case: dict, fast: bool = False) -> CaseResult:
     """Run one case; RejectCase when PyTorch itself refuses it."""
     plan = compile_plan(entry.op)
     values = schema_values(plan, case)
-    refs = references(plan, values)
+    cpu_inputs: list = []
+    refs = references(plan, values, cpu_inputs)
     rules: list[Tolerance | None] = [None if r is None else tolerance_for(entry.op, r.cpu.dtype, fast)
                                      for r in refs]
     try:
@@ -118,10 +139,16 @@ def check_case(dev: Device, stream, entry: KernelEntry, case: dict, fast: bool =
     mutated = {a for a in plan.returns_alias if a is not None}
     for i, (spec, before, after) in enumerate(zip(plan.args, values, run.args_after)):
         if isinstance(before, torch.Tensor) and i not in mutated and storage_bytes(before) != storage_bytes(after):
-            problems.append(f"the kernel modified input '{spec.name}'")
+            problems += _undeclared_write(spec.name, before, after, cpu_inputs[i])
     worst = CaseResult(True)
     for j, (rule, got, ref) in enumerate(zip(rules, run.outputs, refs)):
         if rule is None:
+            continue
+        if got.shape != ref.cpu.shape:
+            # Meta (the layout the runtime allocates) and CPU may disagree where CPU returns
+            # an empty placeholder (native_batch_norm's saved statistics in eval mode).
+            if ref.cpu.numel():
+                problems.append(f"output {j}: shape {list(got.shape)} where PyTorch CPU gives {list(ref.cpu.shape)}")
             continue
         verdict = judge(got, rule, ref)
         if verdict.ratio >= worst.ratio:

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from fl_runtime import abi
 
+from . import opinfo_cases
 from . import strategies as s
-from .recipes import DTYPES, NAMES
+from .recipes import DTYPES, NAMES, special_values
 
 Generator = Callable[[s.Draw, torch.dtype, int], tuple[list, dict]]
 
@@ -25,6 +26,7 @@ Generator = Callable[[s.Draw, torch.dtype, int], tuple[list, dict]]
 class OpSpec:
     generate: Generator
     sweep_16bit: bool = False     # unary float op: also try every float16/bfloat16 bit pattern
+    special_grid: bool = False    # binary tensor op: also try every pair of special values
 
 
 def _alpha(draw: s.Draw, dtype: torch.dtype) -> dict:
@@ -161,14 +163,18 @@ def _sweeping(table: dict) -> dict:
     return {op: OpSpec(spec.generate, sweep_16bit=True) for op, spec in table.items()}
 
 
+def _gridded(table: dict) -> dict:
+    return {op: OpSpec(spec.generate, special_grid=True) for op, spec in table.items()}
+
+
 OPSPECS: dict[str, OpSpec] = {
-    **_inplace_pairs(lambda i: binary(i, alpha=True), ["add", "sub"], ".Tensor"),
+    **_gridded(_inplace_pairs(lambda i: binary(i, alpha=True), ["add", "sub"], ".Tensor")),
     **_inplace_pairs(lambda i: binary(i, alpha=True, scalar_other=True), ["add", "sub"], ".Scalar"),
-    **_inplace_pairs(lambda i: binary(i), ["mul", "div"], ".Tensor"),
+    **_gridded(_inplace_pairs(lambda i: binary(i), ["mul", "div"], ".Tensor")),
     **_inplace_pairs(lambda i: binary(i, scalar_other=True), ["mul", "div"], ".Scalar"),
     "rsub.Scalar": OpSpec(binary(alpha=True, scalar_other=True)),
-    "maximum": OpSpec(binary()), "minimum": OpSpec(binary()),
-    **{f"{cmp}.Tensor": OpSpec(binary()) for cmp in ("eq", "ne", "gt", "lt", "ge", "le")},
+    "maximum": OpSpec(binary(), special_grid=True), "minimum": OpSpec(binary(), special_grid=True),
+    **{f"{cmp}.Tensor": OpSpec(binary(), special_grid=True) for cmp in ("eq", "ne", "gt", "lt", "ge", "le")},
     **{f"{cmp}.Scalar": OpSpec(binary(scalar_other=True)) for cmp in ("eq", "ne", "gt", "lt", "ge", "le")},
     **_sweeping(_inplace_pairs(unary, ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sigmoid",
                                        "tanh", "relu"])),
@@ -188,7 +194,10 @@ OPSPECS: dict[str, OpSpec] = {
 
 
 def cases(op: str, dtype: torch.dtype, mask: int) -> st.SearchStrategy[dict]:
-    """Hypothesis strategy of whole cases for one kernel and dtype."""
+    """Hypothesis strategy of whole cases for one kernel and dtype: the hand recipe, else
+    OpInfo samples (raises opinfo_cases.NoSource when there are none)."""
+    if op not in OPSPECS:
+        return opinfo_cases.cases(op, dtype)
     spec = OPSPECS[op]
 
     @st.composite
@@ -199,9 +208,24 @@ def cases(op: str, dtype: torch.dtype, mask: int) -> st.SearchStrategy[dict]:
     return case()
 
 
+def grid_case(op: str, dtype: torch.dtype) -> dict | None:
+    """Every ordered pair of special values (NaN, +-inf, +-0, subnormals, extremes ...) at
+    once, for binary tensor ops: self[i, j] = special i against other[j] = special j.
+    Random cases plant specials only now and then; IEEE corner cases deserve certainty."""
+    if op not in OPSPECS or not OPSPECS[op].special_grid:
+        return None
+    count = len(special_values(dtype))
+    rows = {"shape": [count, count], "dtype": NAMES[dtype], "seed": 1, "scale": 1.0,
+            "specials": [[i * count + j, i] for i in range(count) for j in range(count)]}
+    columns = {"shape": [count], "dtype": NAMES[dtype], "seed": 2, "scale": 1.0,
+               "specials": [[j, j] for j in range(count)]}
+    return {"op": op, "dtype": NAMES[dtype], "args": [{"tensor": rows}, {"tensor": columns}], "kwargs": {},
+            "shift": 0, "out_shift": 0}
+
+
 def sweep_case(op: str, dtype: torch.dtype) -> dict | None:
     """Every 16-bit input at once, for unary float ops on float16/bfloat16."""
-    if not OPSPECS[op].sweep_16bit or dtype not in (torch.float16, torch.bfloat16):
+    if op not in OPSPECS or not OPSPECS[op].sweep_16bit or dtype not in (torch.float16, torch.bfloat16):
         return None
     recipe = {"bits": "all", "dtype": NAMES[dtype], "shape": [1 << 16]}
     return {"op": op, "dtype": NAMES[dtype], "args": [{"tensor": recipe}], "kwargs": {}, "shift": 0,

@@ -19,6 +19,7 @@ from .harness import Device, KernelEntry, kernel_entries
 from .isolation import KernelWorkers
 from .kernel_plan import KernelTarget, jobs, precheck, targets
 from .profiles import PROFILES, Profile
+from .progress import ProgressBar
 from .report import DETAILS, IDENTITY, JsonReport
 from .target import TargetError, describe, device_properties, load
 
@@ -53,6 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fl-profile", default="ci", choices=sorted(PROFILES))
     group.addoption("--fl-seed", type=int, default=0)
     group.addoption("--fl-json", default=None, help="write the JSON report here")
+    group.addoption("--fl-html", default=None, help="write the HTML report (per-kernel table) here")
     group.addoption("--fl-run-known-failures", action="store_true")
 
 
@@ -72,7 +74,9 @@ def pytest_configure(config: pytest.Config) -> None:
                       waiver_path, waivers, device_properties(plugin, 0), kernel_entries(plugin), describe(plugin),
                       KernelWorkers(plugin.source.path, profile, seed))
     config.stash[CONTEXT] = context
-    config.pluginmanager.register(JsonReport(context, config.getoption("fl_json")), "torch-fl-json-report")
+    config.pluginmanager.register(JsonReport(context, config.getoption("fl_json"), config.getoption("fl_html")),
+                                  "torch-fl-json-report")
+    config.pluginmanager.register(ProgressBar(), "torch-fl-progress")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -66,12 +66,9 @@ def _all_bit_patterns(dtype: torch.dtype) -> torch.Tensor:
     return torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(dtype)
 
 
-def build(recipe: dict) -> torch.Tensor:
-    """The CPU tensor a tensor recipe describes (a strided view into a larger storage)."""
-    dtype = DTYPES[recipe["dtype"]]
-    if recipe.get("bits") == "all":
-        return _all_bit_patterns(dtype)
-    shape = list(recipe["shape"])
+def _storage_layout(shape: list[int], recipe: dict) -> tuple[list[int], list[int], int, int]:
+    """(held shape, strides, storage offset, storage numel) a layout recipe describes;
+    stride-0 (expanded) dimensions are held once."""
     ndim = len(shape)
     perm = recipe.get("perm") or list(range(ndim))
     step = recipe.get("step") or [1] * ndim
@@ -83,14 +80,46 @@ def build(recipe: dict) -> torch.Tensor:
     strides = [0] * ndim
     for i, p in enumerate(perm):
         strides[p] = physical_strides[i] * step[p]
-    numel_held = math.prod(held)
-    storage_numel = offset + (math.prod(physical) if numel_held else 0)
+    storage_numel = offset + (math.prod(physical) if math.prod(held) else 0)
+    return held, strides, offset, storage_numel
+
+
+def build(recipe: dict) -> torch.Tensor:
+    """The CPU tensor a tensor recipe describes (a strided view into a larger storage)."""
+    dtype = DTYPES[recipe["dtype"]]
+    if recipe.get("bits") == "all":
+        return _all_bit_patterns(dtype)
+    shape = list(recipe["shape"])
+    held, strides, offset, storage_numel = _storage_layout(shape, recipe)
     finite = recipe.get("finite", False)
     storage = _values(dtype, storage_numel, recipe["seed"] + 1, recipe["scale"], [], finite)
     storage.as_strided(held, strides, offset).copy_(
-        _values(dtype, numel_held, recipe["seed"], recipe["scale"], recipe.get("specials", []),
+        _values(dtype, math.prod(held), recipe["seed"], recipe["scale"], recipe.get("specials", []),
                 finite).reshape(held))
+    expand = set(recipe.get("expand", ()))
     return storage.as_strided(shape, [0 if d in expand else s for d, s in enumerate(strides)], offset)
+
+
+def relayout(t: torch.Tensor, layout: dict, seed: int) -> torch.Tensor:
+    """`t`'s values in another storage layout (dimension order, steps, storage offset;
+    never stride 0), the storage around them filled with other values."""
+    layout = {**layout, "expand": []}
+    held, strides, offset, storage_numel = _storage_layout(list(t.shape), layout)
+    filler = _values(t.dtype, storage_numel, seed, 1.0 if t.dtype.is_floating_point else 3.0, [], False)
+    view = filler.as_strided(held, strides, offset)
+    view.copy_(t)
+    return view
+
+
+def plant(t: torch.Tensor, specials: list) -> torch.Tensor:
+    """A contiguous copy of floating tensor `t` with special values (NaN, inf, -0,
+    subnormals ...) at drawn positions."""
+    out, pool = t.contiguous().clone(), special_values(t.dtype)
+    flat = out.view(-1)
+    for position, which in specials:
+        if flat.numel():
+            flat[position % flat.numel()] = pool[which % len(pool)]
+    return out
 
 
 def materialize(value: object) -> object:

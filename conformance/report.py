@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from . import SUITE_VERSION, statuses
+from . import SUITE_VERSION, human_report, statuses
 from .repro import REPRODUCER_HEADING, rerun_command
 
 IDENTITY = pytest.StashKey[dict]()   # category, op, dtype, variant, test (set at collection)
@@ -53,9 +53,11 @@ def _message(report: pytest.TestReport) -> str:
 class JsonReport:
     """A pytest plugin object: collects every test's outcome, writes the file at the end."""
 
-    def __init__(self, context, path: str | None) -> None:
+    def __init__(self, context, path: str | None, html_path: str | None = None) -> None:
         self.context = context
         self.path = path
+        self.html_path = html_path
+        self.exitstatus = 0
         self.records: dict[str, dict] = {}
         self.started = time.time()
 
@@ -115,12 +117,20 @@ class JsonReport:
         })
 
     def pytest_sessionfinish(self, session, exitstatus) -> None:
+        self.exitstatus = int(exitstatus)
+        document = self.document(exitstatus)
         if self.path:
-            Path(self.path).write_text(json.dumps(self.document(exitstatus), indent=1))
+            Path(self.path).write_text(json.dumps(document, indent=1))
+        if self.html_path:
+            Path(self.html_path).write_text(human_report.html_page(document))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         summary = self.summary()
         write = terminalreporter.write_line
+        document = self.document(self.exitstatus)
+        if human_report.kernel_rows(document):
+            terminalreporter.write_sep("=", "per-kernel results")
+            write(human_report.markdown(document))
         write("Torch-FL conformance: " + ", ".join(f"{summary[s]} {s}" for s in statuses.ALL)
               + f" ({self.context.profile.name} profile, seed {self.context.seed})")
         if summary["untested_ops"]:
@@ -130,3 +140,5 @@ class JsonReport:
                 write(f"known_failures.yaml entry matches no test: {waiver.describe()} ({waiver.reason})")
         if self.path:
             write(f"JSON report: {self.path}")
+        if self.html_path:
+            write(f"HTML report: {self.html_path}")

@@ -19,7 +19,7 @@ SUITE_DIR = Path(__file__).resolve().parent / "suites"
 
 
 def pytest_args(library: str, profile: str, seed: int, junit: str | None, json_path: str | None,
-                keyword: str | None, run_known_failures: bool) -> list[str]:
+                keyword: str | None, run_known_failures: bool, html_path: str | None = None) -> list[str]:
     args = [str(SUITE_DIR / f"suite_{category}.py") for category in CATEGORIES]
     args += ["-p", "conformance.pytest_plugin", "-p", "no:cacheprovider", "-c", os.devnull,
              "--rootdir", str(SUITE_DIR), "-o", "python_files=suite_*.py", "-q", "--tb=short",
@@ -27,6 +27,8 @@ def pytest_args(library: str, profile: str, seed: int, junit: str | None, json_p
              f"--hypothesis-seed={seed}"]
     if json_path:
         args.append(f"--fl-json={json_path}")
+    if html_path:
+        args.append(f"--fl-html={html_path}")
     if junit:
         args += [f"--junitxml={junit}", "-o", "junit_suite_name=torch-fl-conformance", "-o", "junit_family=xunit2"]
     if keyword:
@@ -37,7 +39,8 @@ def pytest_args(library: str, profile: str, seed: int, junit: str | None, json_p
 
 
 def run(plugin: str, profile: str = "ci", junit: str | None = None, json_path: str | None = None,
-        seed: int | None = None, keyword: str | None = None, run_known_failures: bool = False) -> int:
+        seed: int | None = None, keyword: str | None = None, run_known_failures: bool = False,
+        html_path: str | None = None) -> int:
     """Run the suite; returns the process exit status (pytest's: 0 only when nothing failed)."""
     try:
         chosen, run_seed = choose(profile, seed, keyword, run_known_failures)
@@ -46,4 +49,4 @@ def run(plugin: str, profile: str = "ci", junit: str | None = None, json_path: s
         print(f"fl-sdk test: {exc}", file=sys.stderr)
         return 2
     return int(pytest.main(pytest_args(library, chosen.name, run_seed, junit, json_path, keyword,
-                                       run_known_failures)))
+                                       run_known_failures, html_path)))

@@ -2,6 +2,8 @@
 profiles, waivers, the CLI's refusals and the worker timeout."""
 from __future__ import annotations
 
+import io
+import json
 import math
 
 import pytest
@@ -23,7 +25,8 @@ def test_tolerance_table_lookups():
     assert tolerance_for("exp", F32, fast=True).ulp == 3 * FAST_VARIANT_FACTOR
     assert tolerance_for("sum.dim_IntList", F32).kind == "magnitude"
     assert tolerance_for("lerp_.Scalar", torch.float16).kind == "close"
-    assert family("_softmax") == "close" and family("convolution") is None
+    assert family("_softmax") == "close" and family("convolution") == "matmul"
+    assert family("native_layer_norm") == "close"   # ops known only through OpInfo: assert_close defaults
 
 
 def test_ulp_spacing():
@@ -172,3 +175,113 @@ def test_bit_identical_to_pytorch_cpu_always_passes():
     assert compare.ulp(cpu.clone(), reference, tolerance_for("pow.Tensor_Scalar", torch.float16)).ok
     assert not compare.ulp(torch.tensor([-math.inf], dtype=torch.float16), reference,
                            tolerance_for("pow.Tensor_Scalar", torch.float16)).ok
+
+
+# ---- OpInfo cases, RNG checks, stream probes, human report, progress bar ---------------
+
+def test_opinfo_names_and_candidates():
+    from conformance import opinfo_cases
+    assert opinfo_cases.base_names("native_layer_norm_backward")[:4] == [
+        "native_layer_norm_backward", "layer_norm_backward", "native_layer_norm", "layer_norm"]
+    assert opinfo_cases.base_names("max_pool2d_with_indices_backward")[-1] == "max_pool2d"
+    assert opinfo_cases.base_names("add_.Tensor") == ["add"]
+    assert "nn.functional.conv2d" in [i.name for i in opinfo_cases.candidates("convolution_backward")]
+
+
+def test_opinfo_case_rebuilds_the_same_call_with_varied_layout():
+    """A drawn case is a few numbers; rebuilding it gives the same values (bit for bit),
+    in the drawn layout, and the backward overload is reached through autograd."""
+    from hypothesis import given, settings
+
+    from conformance import opinfo_cases
+    op, dtype = "_softmax_backward_data", torch.float32
+    assert opinfo_cases.sources(op, dtype), "softmax's OpInfo samples reach its backward kernel"
+    seen = []
+
+    @settings(max_examples=6, database=None, deadline=None)
+    @given(opinfo_cases.cases(op, dtype))
+    def check(case):
+        first, again = opinfo_cases.schema_values(op, case), opinfo_cases.schema_values(op, case)
+        tensors = [(a, b) for a, b in zip(first, again) if isinstance(a, torch.Tensor)]
+        assert tensors and all(torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0)) and a.stride() == b.stride()
+                               for a, b in tensors)
+        seen.extend(a.is_contiguous() for a, _ in tensors)
+        assert json.loads(json.dumps(case)) == case   # JSON-able: reports and reproducers hold it
+    check()
+    assert False in seen, "no case changed a tensor's layout"
+
+
+def test_ops_without_any_source_are_untested_not_passed():
+    from conformance import opinfo_cases
+    with pytest.raises(opinfo_cases.NoSource, match="no OpInfo sample calls"):
+        opinfo_cases.cases("_fused_moving_avg_obs_fq_helper", F32)
+    assert opinfo_cases.sources("normal_", F32) == ()   # random kernels go to conformance.random_checks
+
+
+def test_random_statistics_catch_a_wrong_distribution():
+    from conformance import random_checks
+    law = random_checks.LAWS["uniform_"][0]
+    gen = torch.Generator().manual_seed(3)
+    good = torch.rand(random_checks.SAMPLES, generator=gen)
+    assert max(z for _, z in random_checks._moments(good, law)) < random_checks.Z_BOUND
+    squashed = good ** 1.1                      # still in [0, 1), but not uniform
+    assert max(z for _, z in random_checks._moments(squashed, law)) > random_checks.Z_BOUND
+    normal = random_checks.LAWS["normal_"][1]   # mean 3, std 0.5
+    assert max(z for _, z in random_checks._moments(torch.randn(random_checks.SAMPLES, generator=gen), normal)) \
+        > random_checks.Z_BOUND
+
+
+def _document(**record) -> dict:
+    base = {"nodeid": "suite_kernels.py::test_numerics[add.Tensor-float32-precise]", "category": "kernels",
+            "op": "add.Tensor", "dtype": "float32", "variant": "precise", "test": "test_numerics",
+            "status": "pass", "duration_s": 0.1, "max_error": 0.0, "error_ratio": 0.25, "tolerance": "exact",
+            "examples": 10, "message": "", "reproducer": None}
+    summary = {"total": 1, "pass": 1, "fail": 0, "not_supported": 0, "known_failure": 0, "untested": 0,
+               "categories": {"kernels": {"pass": 1}}, "untested_ops": []}
+    return {"suite_version": "0.1.0", "generated_at": "2026-11-30T05:00:00+00:00", "duration_s": 1.0,
+            "plugin": {"name": "acme", "vendor": "Acme", "version": "1.2", "path": "/x/libfl_acme.so",
+                       "abi_version": "1.0", "devices": [{"index": 0, "alignment": 64}]},
+            "profile": {"name": "ci", "kernel_examples": 10, "property_examples": 25, "stateful_examples": 25,
+                        "stateful_steps": 50, "unit_timeout_s": 60, "fixed": False},
+            "seed": 0, "run_known_failures": False, "known_failures_file": None, "unused_waivers": [],
+            "exit_status": 0, "summary": summary, "tests": [{**base, **record}]}
+
+
+def test_report_schema_accepts_reports_and_rejects_what_ci_tools_cannot_read():
+    import jsonschema
+    from test_conformance_reference import REPORT_SCHEMA
+    validator = jsonschema.Draft202012Validator(json.loads(REPORT_SCHEMA.read_text()))
+    validator.validate(_document())
+    validator.validate(_document(max_error="inf", error_ratio="nan"))
+    for broken in (_document(status="passed"), _document(status="fail", reproducer=None, message="x"),
+                   _document(max_error="huge"), _document(op=None)):
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate(broken)
+
+
+def test_human_report_table_and_progress_line():
+    from conformance import human_report
+    from conformance.progress import ProgressBar
+    document = _document()
+    document["tests"].append({**document["tests"][0], "dtype": "int8", "status": "not_supported",
+                              "error_ratio": None, "nodeid": "n2"})
+    table = human_report.markdown(document)
+    assert "| kernel | variant | float32 | int8 |" in table and "| add.Tensor | precise | ok 0.25 | - |" in table
+    page = human_report.html_page(document)
+    assert "<th>float32</th>" in page and "ok 0.25" in page and "No failures." in page
+    bar = ProgressBar(io.StringIO(), width=10)
+    bar.total, bar.done, bar.failed = 40, 10, 2
+    assert bar.line("add.Tensor-float32") == "[##--------] 10/40, 2 failed  add.Tensor-float32"
+    assert not bar.enabled   # never draws into a log
+
+
+def test_special_grid_pairs_every_special_value():
+    from conformance import opspecs
+    case = opspecs.grid_case("maximum", F32)
+    rows, columns = (recipes.build(a["tensor"]) for a in case["args"])
+    pool = recipes.special_values(F32)
+    pairs = {(a.item(), b.item()) for a, b in zip(*torch.broadcast_tensors(rows, columns))
+             for a, b in zip(a.reshape(-1), b.reshape(-1))}
+    assert len(rows) == len(pool) and len(pairs) >= len(pool) ** 2 - 2 * len(pool)   # NaN != NaN in a set
+    assert any(math.isnan(b) and not math.isnan(a) for a, b in pairs)   # NaN in the second operand too
+    assert opspecs.grid_case("exp", F32) is None and opspecs.grid_case("add.Scalar", F32) is None

@@ -26,6 +26,8 @@ from fl_runtime.abi import ffi
 from fl_runtime.schema import compile_plan
 
 from conformance.harness import STATUS, DeviceTensor, kernel_entries, launch, status_name, storage_bytes
+from conformance.stream_probes import (CHUNK, PROBE_BYTES, elapsed_time_is_plausible, measure_busy,
+                                       one_stream_is_fifo, wait_event_orders_streams)
 
 CATEGORY = "streams"
 STREAMS = 3
@@ -286,3 +288,34 @@ def test_streams_and_events_follow_the_model(conformance, device, with_kernels):
     machine = type("StreamModelRun", (StreamModel,), {"device": device, "kernel": kernel})
     run_state_machine_as_test(machine, settings=conformance.property_settings(
         max_examples=conformance.profile.stateful_examples, stateful_step_count=conformance.profile.stateful_steps))
+
+
+# ---- deterministic ordering probes (conformance.stream_probes) ----------------------
+
+@pytest.fixture
+def probe(device):
+    """Two streams, scratch memory for busy work measured on stream A, a probe buffer."""
+    a, b = device.new_stream(), device.new_stream()
+    scratch, target = device.malloc(2 * CHUNK), device.malloc(PROBE_BYTES)
+    try:
+        yield measure_busy(device, a, scratch), a, b, target
+    finally:
+        for stream in (a, b):
+            device.destroy_stream(stream)
+        device.free(scratch)
+        device.free(target)
+
+
+def test_stream_wait_event_orders_work_behind_busy_stream(device, probe):
+    busy, a, b, target = probe
+    wait_event_orders_streams(device, busy, a, b, target)
+
+
+def test_one_stream_runs_work_in_fifo_order(device, probe):
+    busy, a, _, target = probe
+    one_stream_is_fifo(device, busy, a, target)
+
+
+def test_event_elapsed_time_matches_the_work(device, probe):
+    busy, a, _, _ = probe
+    elapsed_time_is_plausible(device, busy, a)

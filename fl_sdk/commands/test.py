@@ -10,6 +10,7 @@ def register(subparsers) -> None:
     cmd.add_argument("--profile", default="ci", help="ci (default) or cert")
     cmd.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
     cmd.add_argument("--json", metavar="FILE", help="write the JSON report")
+    cmd.add_argument("--html", metavar="FILE", help="write the HTML report (a per-kernel table)")
     cmd.add_argument("--seed", type=int, help="hypothesis seed (default 0; not with --profile cert)")
     cmd.add_argument("-k", dest="keyword", metavar="EXPR", help="only tests matching this pytest -k expression")
     cmd.add_argument("--run-known-failures", action="store_true",
@@ -20,4 +21,4 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from conformance.runner import run as run_suite   # imports torch: only for this command
     return run_suite(args.plugin, args.profile, args.junit, args.json, args.seed, args.keyword,
-                     args.run_known_failures)
+                     args.run_known_failures, html_path=args.html)
