@@ -5,12 +5,11 @@ FL_CDEF_END; this module extracts it once, so the header stays the only copy.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import cffi
 import torch
 
-HEADER_PATH = Path(__file__).resolve().parent.parent / "fl_sdk" / "include" / "fl_abi.h"
+from fl_sdk import ABI_HEADER as HEADER_PATH
+
 ENTRY_SYMBOL = "fl_plugin_get_api"
 
 
