@@ -34,9 +34,9 @@ NEG_BODY = """    int64_t n = kt_numel(out);
 def fill_in_neg(project: Path) -> None:
     source = project / "src" / "kernels_unary.c"
     text = source.read_text()
-    assert NEG_SKELETON_TAIL in text and "const uint64_t kernel_neg_dtypes = 0;" in text
-    source.write_text(text.replace(NEG_SKELETON_TAIL, NEG_BODY).replace(
-        "const uint64_t kernel_neg_dtypes = 0;", "const uint64_t kernel_neg_dtypes = KT_DTYPE(FL_FLOAT32);"))
+    # The skeleton already declares float32; writing the body is all it takes.
+    assert NEG_SKELETON_TAIL in text and "const uint64_t kernel_neg_dtypes = KT_DTYPE(FL_FLOAT32);" in text
+    source.write_text(text.replace(NEG_SKELETON_TAIL, NEG_BODY))
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +186,11 @@ with warnings.catch_warnings(record=True) as caught:
     y = torch.exp(x)                                  # no kernel on the new device: CPU fallback
 assert y.device == x.device and torch.allclose(y.cpu(), torch.linspace(-1, 1, 5).exp())
 assert any("aten::exp" in str(w.message) for w in caught), [str(w.message) for w in caught]
+# neg is a skeleton: its kernel declines the call (FL_ERROR_NOT_SUPPORTED) and the op falls back.
+with torch_fl.profile() as prof:
+    z = torch.neg(x)
+assert torch.equal(z.cpu(), -torch.linspace(-1, 1, 5))
+assert prof.paths()["aten::neg"] == {"cpu"}, prof.summary()
 os.environ["TORCH_FL_STRICT"] = "1"                   # read at every fallback
 try:
     torch.exp(x)
