@@ -47,6 +47,13 @@ class CallFailed(AssertionError):
         self.call, self.status, self.message = call, status, message
 
 
+class Declined(CallFailed):
+    """launch_kernel returned FL_ERROR_NOT_SUPPORTED before enqueuing anything: the ABI's
+    way for a plugin to refuse arguments its kernel cannot take (fl_abi.h, above
+    launch_kernel; the runtime then falls back).  The suite reports such a call as
+    not_supported with the plugin's message, never as a failure."""
+
+
 def text(cdata) -> str:
     return ffi.string(cdata).decode(errors="replace") if cdata != ffi.NULL else ""
 
@@ -236,8 +243,10 @@ def launch(dev: Device, stream, entry: KernelEntry, plan: OpPlan, values: list,
         marshal.put(slot, value, spec.tag)
     for j, out in enumerate(outputs):
         marshal.put(len(values) + j, out, TAG_VALUE)
-    dev.check(dev.api.launch_kernel(stream, entry.pointer, marshal.args, len(values) + len(outputs)),
-              f"launch_kernel({entry.op})")
+    status = dev.api.launch_kernel(stream, entry.pointer, marshal.args, len(values) + len(outputs))
+    if status == abi.ERROR_NOT_SUPPORTED:
+        raise Declined(f"launch_kernel({entry.op})", status, dev.message())
+    dev.check(status, f"launch_kernel({entry.op})")
 
 
 @dataclass
@@ -310,7 +319,8 @@ class KernelRun:
 def call_kernel(dev: Device, stream, entry: KernelEntry, plan: OpPlan, values: list,
                 shift: int = 0, out_shift: int = 0) -> KernelRun:
     """Run `entry` on schema-ordered `values` (CPU tensors and scalars) and copy everything
-    back; raises CallFailed when the launch or the stream reports an error."""
+    back; raises Declined when the plugin declines the call, CallFailed when the launch or
+    the stream reports an error."""
     metas = output_layouts(plan, values)
     placed: list[_Placed] = []
     by_id: dict[int, _Placed] = {}

@@ -19,7 +19,7 @@ from fl_runtime.abi import ffi
 from fl_runtime.schema import compile_plan
 
 from . import random_checks, statuses
-from .harness import STATUS, CallFailed, Device, KernelEntry, status_name
+from .harness import STATUS, CallFailed, Declined, Device, KernelEntry, status_name
 from .numerics import CaseResult, RejectCase, check_case
 from .opinfo_cases import NoSource
 from .opspecs import cases, grid_case, sweep_case
@@ -46,7 +46,7 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
     one dtype against PyTorch CPU."""
     dtype = DTYPES[dtype_name]
     fast = entry.variant_name == "fast"
-    state = {"examples": 0, "rejected": 0, "worst": CaseResult(True), "failure": None}
+    state = {"examples": 0, "rejected": 0, "worst": CaseResult(True), "failure": None, "declined": []}
 
     def check(case: dict) -> None:
         progress(case)
@@ -54,6 +54,9 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
             result = check_case(dev, stream, entry, case, fast)
         except RejectCase:
             state["rejected"] += 1
+            reject()
+        except Declined as exc:   # nothing to compare: the runtime would run this case elsewhere
+            state["declined"].append(exc.message)
             reject()
         except Exception:   # a harness error on this case still names the case
             result = CaseResult(False, math.inf, math.inf, "", "error while checking the case:\n"
@@ -87,25 +90,49 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
                                result.tolerance, run_seed, result.message.split(";")[0])
         return _outcome(statuses.FAIL, result.message, result, reproducer=script, examples=state["examples"])
     except Unsatisfiable:
+        if state["declined"]:
+            return _outcome(statuses.NOT_SUPPORTED, _declined_note(entry.op, dtype_name, state["declined"], True))
         return _outcome(statuses.UNTESTED, f"PyTorch CPU refuses every generated {entry.op} case on "
                         f"{dtype_name} ({state['rejected']} tried), so there is no reference")
-    return _outcome(statuses.PASS, "", state["worst"], examples=state["examples"])
+    if state["examples"] == 0 and state["declined"]:
+        return _outcome(statuses.NOT_SUPPORTED, _declined_note(entry.op, dtype_name, state["declined"], True))
+    note = _declined_note(entry.op, dtype_name, state["declined"], False) if state["declined"] else ""
+    return _outcome(statuses.PASS, note, state["worst"], examples=state["examples"])
+
+
+def _declined_note(op: str, dtype_name: str, messages: list[str], every: bool) -> str:
+    """What the report says about cases the plugin declined (FL_ERROR_NOT_SUPPORTED at launch)."""
+    which = f"every {op} case" if every else f"{len(messages)} {op} case(s)"
+    return (f"the plugin declined {which} on {dtype_name} with FL_ERROR_NOT_SUPPORTED "
+            f"(the runtime falls back for those): {messages[0] or '(no message)'}")
 
 
 # ---- robustness ------------------------------------------------------------------
 
-def _launch_outcome(dev: Device, stream, entry_pointer, args, nargs: int) -> tuple[int, str]:
-    """Status of a launch: from launch_kernel, or the stream's sticky error at synchronize."""
+def _launch_outcome(dev: Device, stream, entry_pointer, args, nargs: int) -> tuple[int, str, bool]:
+    """Status of a launch: from launch_kernel (synchronous: True), or the stream's sticky
+    error at synchronize."""
     status = dev.api.launch_kernel(stream, entry_pointer, args, nargs)
     if status != abi.SUCCESS:
-        return status, dev.message()
+        return status, dev.message(), True
     status = dev.api.stream_synchronize(stream)
-    return status, dev.message() if status != abi.SUCCESS else ""
+    return status, dev.message() if status != abi.SUCCESS else "", False
+
+
+def _probe_problem(what: str, status: int, message: str, expected: set[int]) -> str | None:
+    if status not in expected:
+        return (f"{what}: got {status_name(status)}, expected one of "
+                f"{', '.join(sorted(status_name(s) for s in expected))}")
+    if not message.strip():
+        return f"{what}: {status_name(status)} but last_error_message() is empty"
+    return None
 
 
 def robustness(dev: Device, stream, entry: KernelEntry) -> dict:
     """Malformed launches must come back as error statuses with a message, and leave
-    the stream usable: no crash, no hang, no silent success."""
+    the stream usable: no crash, no hang, no silent success.  A plugin may decline a call's
+    arguments at launch (FL_ERROR_NOT_SUPPORTED, the ABI's "run it elsewhere"): a declined
+    argument probe is recorded, not failed; all of them declined is not_supported."""
     bad_argument = {STATUS[n] for n in ("FL_ERROR_INVALID_VALUE", "FL_ERROR_INVALID_POINTER",
                                         "FL_ERROR_KERNEL_FAILED")}
     try:
@@ -123,14 +150,15 @@ def robustness(dev: Device, stream, entry: KernelEntry) -> dict:
         (f"all {nargs} arguments FL_ARG_NONE", entry.pointer, none_args, nargs, bad_argument),
         ("one argument too few", entry.pointer, none_args, max(nargs - 1, 0), bad_argument),
     ]
-    problems = []
+    problems, declined = [], []
     for what, pointer, args, count, expected in probes:
-        status, message = _launch_outcome(dev, stream, pointer, args, count)
-        if status not in expected:
-            problems.append(f"{what}: got {status_name(status)}, expected one of "
-                            f"{', '.join(sorted(status_name(s) for s in expected))}")
-        elif not message.strip():
-            problems.append(f"{what}: {status_name(status)} but last_error_message() is empty")
+        status, message, synchronous = _launch_outcome(dev, stream, pointer, args, count)
+        if synchronous and status == abi.ERROR_NOT_SUPPORTED and pointer is entry.pointer:
+            declined.append(f"{what}: {message or '(no message)'}")
+            expected = {status}   # a decline still needs its message
+        problem = _probe_problem(what, status, message, expected)
+        if problem:
+            problems.append(problem)
     try:   # the error was reported once; the stream must work again
         dev.synchronize(stream)
         ptr = dev.malloc(64)
@@ -142,7 +170,10 @@ def robustness(dev: Device, stream, entry: KernelEntry) -> dict:
         problems.append(f"the stream is unusable after the failed launches: {exc}")
     if problems:
         return _outcome(statuses.FAIL, "; ".join(problems))
-    return _outcome(statuses.PASS, examples=len(probes))
+    note = f"declined with FL_ERROR_NOT_SUPPORTED: {'; '.join(declined)}" if declined else ""
+    if len(declined) == len(probes) - 1:   # every probe but the foreign entry's
+        return _outcome(statuses.NOT_SUPPORTED, f"the plugin declined every malformed launch of {entry.op}; {note}")
+    return _outcome(statuses.PASS, note, examples=len(probes))
 
 
 def run_unit(dev: Device, stream, entry: KernelEntry, unit: tuple[str, str | None], profile: Profile,

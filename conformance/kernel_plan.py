@@ -69,10 +69,13 @@ def verdict(target: KernelTarget, device: dict, workers: KernelWorkers, details:
     if skip is not None:
         (statuses.not_supported if skip[0] == statuses.NOT_SUPPORTED else statuses.untested)(skip[1])
     outcome = workers.outcome(target.entry.index, target.unit)
-    details.update({k: outcome.get(k) for k in ("max_error", "error_ratio", "tolerance", "examples", "reproducer")
-                    if outcome.get(k) is not None})
+    # "message": a pass may carry one too (how many cases the plugin declined)
+    details.update({k: outcome.get(k) for k in ("max_error", "error_ratio", "tolerance", "examples", "reproducer",
+                                                "message") if outcome.get(k) not in (None, "")})
     if outcome["status"] == statuses.UNTESTED:
         statuses.untested(outcome["message"])
+    if outcome["status"] == statuses.NOT_SUPPORTED:   # the plugin declined the calls (harness.Declined)
+        statuses.not_supported(outcome["message"])
     if outcome["status"] != statuses.PASS:
         reproducer = outcome.get("reproducer")
         pytest.fail(outcome["message"] + (f"\n\n{REPRODUCER_HEADING}\n{reproducer}" if reproducer else ""),

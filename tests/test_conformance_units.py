@@ -285,3 +285,150 @@ def test_special_grid_pairs_every_special_value():
     assert len(rows) == len(pool) and len(pairs) >= len(pool) ** 2 - 2 * len(pool)   # NaN != NaN in a set
     assert any(math.isnan(b) and not math.isnan(a) for a, b in pairs)   # NaN in the second operand too
     assert opspecs.grid_case("exp", F32) is None and opspecs.grid_case("add.Scalar", F32) is None
+
+
+# ---- reference values PyTorch CPU gets wrong, running statistics, declined calls --------
+
+def test_group_norm_reference_uses_contiguous_copies_where_cpu_ignores_strides():
+    """PyTorch CPU's native_group_norm reads a strided bias as if contiguous (so does its
+    backward with grad_out / input): the suite's expected values come from contiguous copies."""
+    from conformance.numerics import CPU_READS_AS_CONTIGUOUS, cpu_reference
+    from fl_runtime.schema import compile_plan
+
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 6, 3, generator=gen, dtype=torch.float64), torch.randn(6, generator=gen, dtype=torch.float64)
+    bias = torch.randn(12, generator=gen, dtype=torch.float64)[::2]
+    args = (2, 6, 3, 2, 0.5)
+    direct = torch.native_group_norm(x, w, bias, *args)[0]
+    fixed = torch.native_group_norm(x, w, bias.contiguous(), *args)[0]
+    assert not torch.allclose(direct, fixed), "PyTorch now honours the bias strides: drop the rule"
+    groups = x.reshape(2, 2, 9)
+    first_principles = ((groups - groups.mean(-1, keepdim=True))
+                        / (groups.var(-1, unbiased=False, keepdim=True) + 0.5).sqrt()).reshape(2, 6, 3)
+    first_principles = first_principles * w[:, None] + bias[:, None]
+    assert torch.allclose(fixed, first_principles, rtol=1e-12, atol=1e-12)
+    got = cpu_reference(compile_plan("native_group_norm"), [x, w, bias, *args])[0]
+    assert torch.equal(got, fixed)
+    assert CPU_READS_AS_CONTIGUOUS == {"native_group_norm", "native_group_norm_backward"}
+
+
+def test_running_statistics_are_judged_relative_to_the_terms_of_their_update():
+    """native_batch_norm's float16 running_mean: PyTorch CPU rounds the batch mean to float16
+    first on a strided input, not on a contiguous one; both are right within the rule."""
+    from conformance.compare import judge
+    from conformance.numerics import side_effect_reference
+    from conformance.tolerances import side_effect_tolerance
+    from fl_runtime.schema import compile_plan
+
+    plan = compile_plan("native_batch_norm")
+    half = torch.float16
+    x = torch.tensor([[-7.94921875, 0.0], [3.611328125, 0.0]], dtype=half)[:, :1]   # strided input
+    stats = [torch.tensor([2.337890625], dtype=half), torch.tensor([3.298828125], dtype=half)]
+    values = [x, None, None, *stats, True, 0.5, 1e-5]
+    cpu_after = [s.clone() for s in stats]
+    torch.ops.aten.native_batch_norm(x, None, None, *cpu_after, True, 0.5, 1e-5)
+    float32_blend = torch.tensor([0.08447265625], dtype=half)   # the contiguous path's (and float64's) answer
+    assert cpu_after[0].item() != float32_blend.item(), "PyTorch CPU no longer rounds the batch mean first"
+    reference = side_effect_reference(plan, values, 3, cpu_after[0])
+    rule = side_effect_tolerance(half)
+    assert rule.kind == "magnitude"
+    assert judge(float32_blend, rule, reference).ok and judge(cpu_after[0], rule, reference).ok
+    assert not judge(torch.tensor([0.0947], dtype=half), rule, reference).ok
+    assert side_effect_tolerance(torch.int64) == EXACT
+
+
+class _DecliningApi:
+    """The reference plugin's table, but launch_kernel declines calls of `entry`: every one,
+    or every other one when `every` is 2."""
+
+    def __init__(self, api, entry) -> None:
+        from fl_runtime.abi import ffi
+        self._api, self._entry, self.every, self.calls = api, entry, 1, 0
+        self._message = ffi.new("char[]", b"launch_kernel: these arguments are not supported")
+
+    def launch_kernel(self, stream, entry, args, nargs):
+        from fl_runtime import abi
+        if entry == self._entry:
+            self.calls += 1
+            if self.calls % self.every == 0:
+                return abi.ERROR_NOT_SUPPORTED
+        return self._api.launch_kernel(stream, entry, args, nargs)
+
+    def last_error_message(self):
+        return self._message
+
+    def __getattr__(self, name):
+        return getattr(self._api, name)
+
+
+def _declining_device(op: str):
+    """A device of the reference plugin whose launch_kernel declines every call of `op`,
+    and that kernel's entry."""
+    from conformance.harness import Device, kernel_entries
+    from conformance.target import load, resolve
+
+    plugin = load(resolve("reference").path)
+    entry = next(e for e in kernel_entries(plugin) if e.op == op and e.variant_name == "precise")
+    dev = Device(plugin, 0)
+    dev.api = _DecliningApi(dev.api, entry.pointer)
+    return dev, entry
+
+
+@pytest.fixture
+def declining():
+    """(device whose plugin declines every launch of `mm`, stream, the mm entry)."""
+    dev, entry = _declining_device("mm")
+    stream = dev.new_stream()
+    yield dev, stream, entry
+    dev.destroy_stream(stream)
+
+
+def test_a_declined_launch_is_not_supported_with_the_plugins_message(declining):
+    """FL_ERROR_NOT_SUPPORTED from launch_kernel is the ABI's way to decline arguments:
+    numerics and robustness report not_supported (with the message), not fail."""
+    from conformance import kernel_checks, statuses
+    from conformance.harness import Declined, call_kernel
+    from conformance.profiles import PROFILES
+    from fl_runtime.schema import compile_plan
+
+    dev, stream, entry = declining
+    a = torch.ones(2, 3)
+    with pytest.raises(Declined, match="not supported"):
+        call_kernel(dev, stream, entry, compile_plan("mm"), [a, a.t()])
+    outcome = kernel_checks.numerics(dev, stream, entry, "float32", PROFILES["ci"], 0, lambda case: None)
+    assert outcome["status"] == statuses.NOT_SUPPORTED
+    assert "declined every mm case on float32" in outcome["message"] and "not supported" in outcome["message"]
+    robust = kernel_checks.robustness(dev, stream, entry)
+    assert robust["status"] == statuses.NOT_SUPPORTED and "FL_ERROR_NOT_SUPPORTED" in robust["message"]
+    dev.api.every = 2   # declines some cases: the others are checked, and the record says so
+    outcome = kernel_checks.numerics(dev, stream, entry, "float32", PROFILES["ci"], 0, lambda case: None)
+    assert outcome["status"] == statuses.PASS and outcome["examples"] > 0
+    assert "mm case(s) on float32 with FL_ERROR_NOT_SUPPORTED" in outcome["message"]
+
+
+def test_the_plugins_real_decline_is_seen_at_launch():
+    """The reference chip declines a 3-d convolution at launch (nothing enqueued)."""
+    from conformance.harness import Declined, Device, call_kernel, kernel_entries
+    from conformance.target import load, resolve
+    from fl_runtime.schema import compile_plan
+
+    plugin = load(resolve("reference").path)
+    entry = next(e for e in kernel_entries(plugin) if e.op == "convolution" and e.variant_name == "precise")
+    dev = Device(plugin, 0)
+    stream = dev.new_stream()
+    try:
+        x, w = torch.ones(1, 1, 2, 2, 2), torch.ones(1, 1, 1, 1, 1)
+        with pytest.raises(Declined):
+            call_kernel(dev, stream, entry, compile_plan("convolution"),
+                        [x, w, None, [1, 1, 1], [0, 0, 0], [1, 1, 1], False, [0, 0, 0], 1])
+    finally:
+        dev.destroy_stream(stream)
+
+
+def test_the_stream_model_skips_a_kernel_whose_call_the_plugin_declines():
+    from conformance.suites.suite_streams import _kernel_for_streams
+
+    dev, _ = _declining_device("add_.Scalar")
+    kernel, declined = _kernel_for_streams(dev)
+    assert kernel is not None and kernel.op == "fill_.Scalar"
+    assert declined == ["add_.Scalar: launch_kernel: these arguments are not supported"]

@@ -25,7 +25,9 @@ from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.schema import compile_plan
 
-from conformance.harness import STATUS, DeviceTensor, kernel_entries, launch, status_name, storage_bytes
+from conformance import statuses
+from conformance.harness import (STATUS, Declined, Device, DeviceTensor, KernelEntry, kernel_entries, launch,
+                                 status_name, storage_bytes)
 from conformance.stream_probes import (CHUNK, PROBE_BYTES, elapsed_time_is_plausible, measure_busy,
                                        one_stream_is_fifo, wait_event_orders_streams)
 
@@ -153,9 +155,7 @@ class StreamModel(RuleBasedStateMachine):
         if entry.op == "add_.Scalar" and buffer.content is None:
             return   # adding to undefined contents leaves them undefined
         self._order_before([buffer.writer, *buffer.readers], s)
-        tensor = DeviceTensor(buffer.ptr, 0, torch.float32, (FLOATS,), (1,))
-        plan = compile_plan(entry.op)
-        launch(self.device, self.streams[s], entry, plan, plan.normalize([tensor, value], {}), [tensor])
+        _launch_on_buffer(self.device, self.streams[s], entry, buffer.ptr, value)
         if entry.op == "add_.Scalar":
             result = torch.frombuffer(bytearray(buffer.content), dtype=torch.float32) + value
         else:
@@ -270,21 +270,53 @@ class StreamModel(RuleBasedStateMachine):
             self.device.destroy_stream(stream)
 
 
-def _kernel_for_streams(plugin):
-    """The plugin's own in-place float32 scalar kernel, if it declares one."""
+def _launch_on_buffer(device: Device, stream, entry: KernelEntry, ptr: int, value: float) -> None:
+    """The model's kernel call: entry(buffer as FLOATS contiguous float32, value), in place."""
+    tensor = DeviceTensor(ptr, 0, torch.float32, (FLOATS,), (1,))
+    plan = compile_plan(entry.op)
+    launch(device, stream, entry, plan, plan.normalize([tensor, value], {}), [tensor])
+
+
+def _declines(device: Device, entry: KernelEntry) -> str | None:
+    """The plugin's message when it declines the model's call of `entry` at launch
+    (FL_ERROR_NOT_SUPPORTED, harness.Declined); None when it takes the call."""
+    stream, ptr = device.new_stream(), device.malloc(NBYTES)
+    try:
+        device.memset(stream, ptr, 0, 0, NBYTES)
+        _launch_on_buffer(device, stream, entry, ptr, 1.0)
+        return None
+    except Declined as exc:
+        return exc.message or "(no message)"
+    finally:
+        try:
+            device.destroy_stream(stream)   # synchronizes: a kernel failing on the stream fails here
+        finally:
+            device.free(ptr)
+
+
+def _kernel_for_streams(device: Device) -> tuple[KernelEntry | None, list[str]]:
+    """The plugin's own in-place float32 scalar kernel that takes the model's calls, if it
+    declares one, and the messages of the candidates that declined them."""
     float32 = 1 << abi.DTYPE_TO_FL[torch.float32]
+    declined = []
     for op in KERNEL_OPS:
-        for entry in kernel_entries(plugin):
-            if entry.op == op and entry.dtypes & float32 and entry.variant_name == "precise":
-                return entry
-    return None
+        for entry in kernel_entries(device.plugin):
+            if entry.op != op or not entry.dtypes & float32 or entry.variant_name != "precise":
+                continue
+            message = _declines(device, entry)
+            if message is None:
+                return entry, declined
+            declined.append(f"{op}: {message}")
+    return None, declined
 
 
 @pytest.mark.parametrize("with_kernels", [True, False], ids=["with-kernels", "copies-only"])
 def test_streams_and_events_follow_the_model(conformance, device, with_kernels):
-    kernel = _kernel_for_streams(conformance.plugin) if with_kernels else None
+    kernel, declined = _kernel_for_streams(device) if with_kernels else (None, [])
     if with_kernels and kernel is None:
-        pytest.skip(f"[not_supported] the plugin declares none of {', '.join(KERNEL_OPS)} for float32")
+        statuses.not_supported(
+            f"the plugin declined the model's float32 call with FL_ERROR_NOT_SUPPORTED ({'; '.join(declined)})"
+            if declined else f"the plugin declares none of {', '.join(KERNEL_OPS)} for float32")
     machine = type("StreamModelRun", (StreamModel,), {"device": device, "kernel": kernel})
     run_state_machine_as_test(machine, settings=conformance.property_settings(
         max_examples=conformance.profile.stateful_examples, stateful_step_count=conformance.profile.stateful_steps))

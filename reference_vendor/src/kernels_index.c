@@ -1,8 +1,9 @@
 /*
  * kernels_index.c -- data movement by index: gather, scatter (src / value /
  * add, out-of-place and in-place), index_select, index.Tensor (advanced
- * indexing with long index tensors), _index_put_impl_ (assign or
- * accumulate), embedding_dense_backward, flip and roll.
+ * indexing with long/int index tensors and bool/uint8 masks),
+ * _index_put_impl_ (assign or accumulate), embedding_dense_backward, flip
+ * and roll.
  *
  * Each op walks the multi-indices of one iteration space (the index tensor,
  * or the output) and maps them to a source and a destination element, with
@@ -309,6 +310,96 @@ static fl_status adv_plan(const ref_args *a, const fl_tensor *self, const fl_ten
     return FL_SUCCESS;
 }
 
+/* Boolean (and, as PyTorch still accepts, uint8) masks index the way NumPy
+ * does: a k-d mask over self dims [d, d+k) stands for k long index tensors,
+ * the coordinates of its nonzero elements (what PyTorch's expandTensors does
+ * with nonzero()).  The coordinates live in one ref_alloc'd buffer per mask,
+ * count x k row-major, so coordinate j is the view at byte offset 8*j with
+ * stride k. */
+typedef struct mask_indices {
+    const fl_tensor *ix[REF_MAX_DIMS]; /* per self dim, NULL = not indexed */
+    uint32_t n;
+    fl_tensor views[REF_MAX_DIMS];
+    int64_t counts[REF_MAX_DIMS], strides[REF_MAX_DIMS];
+    void *coords[REF_MAX_DIMS];
+} mask_indices;
+
+static int is_mask(const fl_tensor *t) {
+    return t && (t->dtype == FL_BOOL || t->dtype == FL_UINT8);
+}
+
+/* the nonzero coordinates of mask m (k dims) into a new count x k buffer */
+static fl_status mask_coords(const ref_args *a, const fl_tensor *m, int64_t **coords,
+                             int64_t *count) {
+    const int64_t n = ref_numel(m);
+    int64_t idx[REF_MAX_DIMS] = {0}, found = 0;
+    *coords = ref_alloc((size_t)(n > 0 ? n : 1) * (size_t)(m->ndim > 0 ? m->ndim : 1) * 8);
+    if (!*coords)
+        return ref_fail(a, "out of host memory for a %lld-element mask", (long long)n);
+    if (n > 0)
+        do {
+            if (ref_load_i64(ref_elem_ptr(m, idx), m->dtype) != 0)
+                memcpy(*coords + found++ * m->ndim, idx, sizeof(int64_t) * (size_t)m->ndim);
+        } while (next_index(idx, m->sizes, m->ndim));
+    *count = found;
+    return FL_SUCCESS;
+}
+
+/* one long index view per dim of mask m (its slot k in out), from self dim d on */
+static fl_status expand_mask(const ref_args *a, const fl_tensor *self, const fl_tensor *m,
+                             uint32_t k, int32_t d, mask_indices *out) {
+    if (m->ndim == 0) /* NumPy would add a dim; PyTorch's index kernel refuses it too */
+        return ref_fail(a, "indices[%u] is a 0-d mask; index with a 1-d or wider mask", k);
+    if (d + m->ndim > self->ndim || out->n + (uint32_t)m->ndim > REF_MAX_DIMS)
+        return ref_fail(a, "too many indices for a tensor of dimension %d", (int)self->ndim);
+    for (int32_t j = 0; j < m->ndim; ++j)
+        if (m->sizes[j] != self->sizes[d + j])
+            return ref_fail(a, "the shape of the mask at index %u does not match the shape of the "
+                            "indexed tensor at index %d (%lld vs %lld)", k + (unsigned)j, (int)(d + j),
+                            (long long)m->sizes[j], (long long)self->sizes[d + j]);
+    int64_t *coords, count;
+    REF_TRY(mask_coords(a, m, &coords, &count));
+    out->coords[k] = coords;
+    out->counts[k] = count;
+    out->strides[k] = m->ndim;
+    for (int32_t j = 0; j < m->ndim; ++j) {
+        out->views[out->n] = (fl_tensor){.struct_size = sizeof(fl_tensor),
+                                         .base = (fl_devptr)(uintptr_t)coords,
+                                         .byte_offset = (uint64_t)j * sizeof(int64_t),
+                                         .dtype = FL_INT64, .ndim = 1,
+                                         .sizes = &out->counts[k], .strides = &out->strides[k]};
+        out->ix[out->n] = &out->views[out->n];
+        out->n++;
+    }
+    return FL_SUCCESS;
+}
+
+static void free_masks(mask_indices *mi) {
+    ref_free_all(mi->coords, REF_MAX_DIMS);
+}
+
+/* ix with every mask replaced by its coordinate tensors (free_masks after use) */
+static fl_status expand_masks(const ref_args *a, const fl_tensor *self, const fl_tensor *const *ix,
+                              uint32_t nix, mask_indices *mi) {
+    memset(mi, 0, sizeof *mi);
+    if (nix > REF_MAX_DIMS) /* every slot takes at least one self dim */
+        return ref_fail(a, "too many indices (%u) for a tensor of dimension %d", nix, (int)self->ndim);
+    for (uint32_t k = 0; k < nix; ++k) {
+        fl_status st = FL_SUCCESS;
+        if (is_mask(ix[k]))
+            st = expand_mask(a, self, ix[k], k, (int32_t)mi->n, mi);
+        else if (mi->n < REF_MAX_DIMS)
+            mi->ix[mi->n++] = ix[k];
+        else
+            st = ref_fail(a, "too many indices for a tensor of dimension %d", (int)self->ndim);
+        if (st != FL_SUCCESS) {
+            free_masks(mi);
+            return st;
+        }
+    }
+    return FL_SUCCESS;
+}
+
 /* the self element for result multi-index r; 0 and a message on a bad index */
 static char *adv_locate(const ref_args *a, const adv_index *p, uint32_t nix, const int64_t *r,
                         fl_status *st) {
@@ -337,29 +428,66 @@ static char *adv_locate(const ref_args *a, const adv_index *p, uint32_t nix, con
     return ref_elem_ptr(p->self, src);
 }
 
+/* out = self[ix] for long/int index tensors ix (masks already expanded) */
+static fl_status index_gather(const ref_args *a, const fl_tensor *self, const mask_indices *mi,
+                              const fl_tensor *out) {
+    adv_index p;
+    REF_TRY(adv_plan(a, self, mi->ix, mi->n, &p));
+    if (p.ndim != out->ndim || numel_of(p.sizes, p.ndim) != ref_numel(out))
+        return ref_fail(a, "the output's shape does not match the indexing result");
+    if (ref_numel(out) == 0)
+        return FL_SUCCESS;
+    int64_t r[REF_MAX_DIMS] = {0};
+    fl_status st = FL_SUCCESS;
+    do {
+        const char *src = adv_locate(a, &p, mi->n, r, &st);
+        if (!src)
+            return st;
+        memcpy(ref_elem_ptr(out, r), src, ref_dtype_size(out->dtype));
+    } while (next_index(r, p.sizes, p.ndim));
+    return FL_SUCCESS;
+}
+
 /* index.Tensor(self, indices) */
 REF_KERNEL(ref_k_index_tensor) {
     ref_args a;
     const fl_tensor *self, *out;
     const fl_tensor *const *ix;
     uint32_t nix;
-    adv_index p;
+    mask_indices mi;
     REF_TRY(ref_args_init(&a, "index.Tensor", args, nargs, 3, ctx));
     REF_TRY(ref_get_tensor(&a, 0, "self", &self));
     REF_TRY(ref_get_tensor_list(&a, 1, "indices", 1, &ix, &nix));
     REF_TRY(ref_get_tensor(&a, 2, "out", &out));
-    REF_TRY(adv_plan(&a, self, ix, nix, &p));
-    if (p.ndim != out->ndim || numel_of(p.sizes, p.ndim) != ref_numel(out))
-        return ref_fail(&a, "the output's shape does not match the indexing result");
-    if (ref_numel(out) == 0)
+    REF_TRY(expand_masks(&a, self, ix, nix, &mi));
+    const fl_status st = index_gather(&a, self, &mi, out);
+    free_masks(&mi);
+    return st;
+}
+
+/* self[ix] (op)= values, broadcast, for long/int index tensors ix (masks expanded) */
+static fl_status index_scatter(const ref_args *a, const fl_tensor *self, const mask_indices *mi,
+                               const fl_tensor *values, int accumulate) {
+    adv_index p;
+    REF_TRY(adv_plan(a, self, mi->ix, mi->n, &p));
+    if (numel_of(p.sizes, p.ndim) == 0)
         return FL_SUCCESS;
+    /* values broadcast to the indexing result, converted to self's dtype */
+    int64_t vst[REF_MAX_DIMS];
+    REF_TRY(ref_broadcast_strides(a, values, "values", p.ndim, p.sizes, vst));
     int64_t r[REF_MAX_DIMS] = {0};
     fl_status st = FL_SUCCESS;
+    const size_t es = ref_dtype_size(self->dtype);
     do {
-        const char *src = adv_locate(&a, &p, nix, r, &st);
-        if (!src)
+        char *dst = adv_locate(a, &p, mi->n, r, &st);
+        if (!dst)
             return st;
-        memcpy(ref_elem_ptr(out, r), src, ref_dtype_size(out->dtype));
+        const char *vp = (const char *)ref_tensor_data(values);
+        for (int k = 0; k < p.ndim; ++k)
+            vp += r[k] * vst[k];
+        char v[8];
+        ref_convert(v, self->dtype, (int64_t)es, vp, values->dtype, 0, 1);
+        put_elem(dst, v, self->dtype, accumulate ? PUT_ADD : PUT_COPY);
     } while (next_index(r, p.sizes, p.ndim));
     return FL_SUCCESS;
 }
@@ -371,34 +499,17 @@ REF_KERNEL(ref_k_index_put_impl_) {
     const fl_tensor *const *ix;
     uint32_t nix;
     int accumulate;
-    adv_index p;
+    mask_indices mi;
     REF_TRY(ref_args_init(&a, "_index_put_impl_", args, nargs, 6, ctx));
     REF_TRY(ref_get_tensor(&a, 0, "self", &self));
     REF_TRY(ref_get_tensor_list(&a, 1, "indices", 1, &ix, &nix));
     REF_TRY(ref_get_tensor(&a, 2, "values", &values));
     REF_TRY(ref_get_bool(&a, 3, "accumulate", &accumulate));
     REF_TRY(ref_get_tensor(&a, 5, "out", &out));
-    REF_TRY(adv_plan(&a, self, ix, nix, &p));
-    if (numel_of(p.sizes, p.ndim) == 0)
-        return FL_SUCCESS;
-    /* values broadcast to the indexing result, converted to self's dtype */
-    int64_t vst[REF_MAX_DIMS];
-    REF_TRY(ref_broadcast_strides(&a, values, "values", p.ndim, p.sizes, vst));
-    int64_t r[REF_MAX_DIMS] = {0};
-    fl_status st = FL_SUCCESS;
-    const size_t es = ref_dtype_size(self->dtype);
-    do {
-        char *dst = adv_locate(&a, &p, nix, r, &st);
-        if (!dst)
-            return st;
-        const char *vp = (const char *)ref_tensor_data(values);
-        for (int k = 0; k < p.ndim; ++k)
-            vp += r[k] * vst[k];
-        char v[8];
-        ref_convert(v, self->dtype, (int64_t)es, vp, values->dtype, 0, 1);
-        put_elem(dst, v, self->dtype, accumulate ? PUT_ADD : PUT_COPY);
-    } while (next_index(r, p.sizes, p.ndim));
-    return FL_SUCCESS;
+    REF_TRY(expand_masks(&a, self, ix, nix, &mi));
+    const fl_status st = index_scatter(&a, self, &mi, values, accumulate);
+    free_masks(&mi);
+    return st;
 }
 
 /* ---- embedding backward ------------------------------------------------------------- */
