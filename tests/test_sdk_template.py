@@ -223,6 +223,17 @@ def test_e2e_abi_memory_and_streams_pass_before_any_kernel(acme, sdk_env, tmp_pa
     assert with_kernels["status"] == "not_supported" and "fill_.Scalar" in with_kernels["message"]
 
 
+
+def test_e2e_unwritten_kernels_are_reported_not_supported(acme, sdk_env, tmp_path):
+    report = tmp_path / "kernels.json"
+    ok(fl_sdk(sdk_env, "test", str(library(acme)), "--profile", "ci", "--json", str(report),
+              "-k", "test_numerics and float32"))
+    numerics = [t for t in json.loads(report.read_text())["tests"] if t["test"].startswith("test_numerics")]
+    assert {t["op"] for t in numerics} == set(STARTING_OPS.split(","))
+    for t in numerics:      # each skeleton declined its calls: not a crash, not a failure
+        assert t["status"] == "not_supported" and "skeleton" in t["message"], t
+
+
 def test_filled_in_skeleton_passes_its_numerics(acme, sdk_env, tmp_path):
     project = tmp_path / "acme"
     shutil.copytree(acme, project, ignore=shutil.ignore_patterns(".git", "*.so"))
