@@ -25,6 +25,7 @@ from . import generic, profiler
 from .errors import UnsupportedOpError
 from .fallback import cpu_fallback, is_view_op
 from .logs import logger
+from .schema import numbers_as_tensors
 
 UNSUPPORTED = "unsupported"
 _MAX_DEPTH = 8      # decompositions nest a few levels; deeper means a cycle we did not see
@@ -81,6 +82,7 @@ class FallbackChain:
     # -- running -----------------------------------------------------------------
     def run(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict, device_index: int):
         """Run `op` through its fallback path on fl:device_index (or raise UnsupportedOpError)."""
+        args, kwargs = numbers_as_tensors(op, args, kwargs)
         decision = self.decide(op, args, kwargs, device_index)
         if decision.path == UNSUPPORTED:
             raise UnsupportedOpError(op.name(), f"fl:{device_index}", decision.reason)
@@ -117,7 +119,7 @@ class FallbackChain:
         its meta kernel failed, an argument the ABI cannot carry), when allowed."""
         self.check_cpu_allowed(op.name(), device_index, f"the vendor kernel cannot take this call ({why})")
         logger.debug("%s: %s; using the CPU fallback", op.name(), why)
-        return self._cpu(op, args, kwargs, device_index)
+        return self._cpu(op, *numbers_as_tensors(op, args, kwargs), device_index)
 
     def check_cpu_allowed(self, name: str, device_index: int, why: str) -> None:
         """Raise UnsupportedOpError when TORCH_FL_STRICT or the config forbids the CPU fallback."""

@@ -9,6 +9,8 @@ vendor without one gets them through the host (a CPU fallback, counted).
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from . import op_stats
@@ -21,7 +23,9 @@ def register(library: torch.library.Library, rt) -> None:
     def copy_(self, src, non_blocking=False):
         if self.numel() == 0:
             return self
-        if src.device.type == "cpu":
+        if _has_view_bits(src) or _has_view_bits(self):
+            _copy_lazy_views(rt, self, src)
+        elif src.device.type == "cpu":
             _host_to_device(rt, self, src)
         elif self.device.type == "cpu":
             rt.copy_to_host(src, self)
@@ -32,6 +36,67 @@ def register(library: torch.library.Library, rt) -> None:
         return self
 
     library.impl("copy_", copy_, "PrivateUse1")
+    library.impl("_pin_memory", _pin_memory, "CPU")
+
+
+def _pin_memory(self: torch.Tensor, device=None) -> torch.Tensor:
+    """tensor.pin_memory() / DataLoader(pin_memory=True) with fl as the accelerator.
+
+    PyTorch asks the PrivateUse1 hooks for a pinned allocator, which only C++ can
+    register (RegisterPrivateUse1HooksInterface), and the fl ABI has no page-locked
+    host memory: copies from the host are synchronous, so pinning would gain nothing.
+    This returns an ordinary (pageable) copy, as pin_memory() would, so that code
+    asking for pinning runs unchanged; is_pinned() stays False, truthfully.
+    torch.empty(..., pin_memory=True) still raises PyTorch's error: that factory asks the
+    hooks for the allocator directly, with no op to take its place."""
+    global _pin_warned
+    if not _pin_warned:
+        _pin_warned = True
+        warnings.warn("torch_fl: fl devices have no pinned (page-locked) host memory; pin_memory() returns "
+                      "an ordinary CPU copy (host-to-device copies are synchronous either way)", stacklevel=3)
+    return self.clone()
+
+
+_pin_warned = False     # one warning per process
+
+
+def _has_view_bits(t: torch.Tensor) -> bool:
+    """A lazy conjugate / negative view (conj(), and views of it): its bytes are not its values."""
+    return t.is_conj() or t.is_neg()
+
+
+def _stored(t: torch.Tensor) -> torch.Tensor:
+    """The same memory without the conj / neg bits: a view of the bytes as they are
+    (each bit toggled off by a view that moves no data)."""
+    return _with_bits_of(t, t)
+
+
+def _copy_lazy_views(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
+    """copy_ where either side is a lazy conj/neg view (complex tensors; the chip has
+    no kernel that applies the bits).  The bytes move without the bits (plain copies,
+    which cannot come back here) and the bits are applied on the host: copying the
+    bytes as if they were the values would silently drop the conjugation, and
+    materialising the view on the device would need a copy_ that needs this one."""
+    value = _stored(src)
+    if src.device.type != "cpu":
+        value = value.cpu()
+    value = _with_bits_of(value, src)                # src's values, on the host
+    if dst.device.type == "cpu":
+        dst.copy_(value)
+        return
+    ensure_cpu_fallback_allowed("aten::copy_", dst.device.index)
+    op_stats.record("aten::copy_", op_stats.CPU)
+    _stored(dst).copy_(_with_bits_of(value, dst).resolve_conj().resolve_neg())
+
+
+def _with_bits_of(host: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """`host` read through `like`'s lazy bits: conj() and _neg_view() toggle the bit
+    (a view), so applying a tensor's own bits to it clears them."""
+    if like.is_conj():
+        host = host.conj()
+    if like.is_neg():
+        host = torch._neg_view(host)
+    return host
 
 
 def _raw_h2d(rt, dst: torch.Tensor, host: torch.Tensor, whole_storage: bool = False) -> None:

@@ -37,6 +37,14 @@ _NATIVE = profiler.NATIVE
 _DECLINED = abi.ERROR_NOT_SUPPORTED   # launch_kernel's "not these arguments" (see fl_abi.h)
 
 
+def resize_output(out: torch.Tensor, shape: tuple) -> None:
+    """PyTorch's resize_output for an out= tensor of the wrong shape: resized in place,
+    so the caller's tensor gets the result.  The deprecation warning for resizing a
+    tensor that held elements comes from PyTorch itself, when the meta kernel ran
+    resize_output on the meta copy (once per call signature: the meta result is memoized)."""
+    out.resize_(shape)
+
+
 def _declined_reason(device: DeviceInfo) -> str:
     raw = device.plugin.api.last_error_message()
     message = ffi.string(raw).decode(errors="replace") if raw != ffi.NULL else ""
@@ -224,8 +232,10 @@ class Launcher:
 
     def _outputs(self, plan: OpPlan, values: list, specs, device: DeviceInfo, stream) -> list:
         outputs = []
-        for alias_index, spec in zip(plan.returns_alias, specs):
+        for alias_index, spec, is_out in zip(plan.returns_alias, specs, plan.out_returns):
             if alias_index is not None:
+                if is_out and spec is not None and values[alias_index].shape != spec[0]:
+                    resize_output(values[alias_index], spec[0])
                 outputs.append(values[alias_index])
             elif spec is None:
                 outputs.append(None)

@@ -35,6 +35,7 @@ class OpPlan:
     list_tensor_arg_indices: tuple[int, ...]
     is_inplace_or_out: bool
     has_generator: bool
+    out_returns: tuple[bool, ...]     # per return: is it an out= argument (resized to fit)?
 
     def normalize(self, args: tuple, kwargs: dict) -> list:
         """Schema-ordered values of every argument, defaults filled in."""
@@ -90,4 +91,37 @@ def compile_plan(name: str) -> OpPlan:
                   tensor_arg_indices=tuple(i for i, s in enumerate(specs) if s.is_tensor),
                   list_tensor_arg_indices=tuple(i for i, s in enumerate(specs) if s.tag == TAG_TENSOR_LIST),
                   is_inplace_or_out=any(i is not None for i in returns_alias),
-                  has_generator=any(s.tag == TAG_GENERATOR for s in specs))
+                  has_generator=any(s.tag == TAG_GENERATOR for s in specs),
+                  out_returns=tuple(i is not None and specs[i].kwarg_only for i in returns_alias))
+
+
+_NUMBER_TYPES = (bool, int, float, complex)
+
+
+def numbers_as_tensors(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """`args`/`kwargs` with Python numbers in Tensor slots made 0-dim CPU tensors.
+
+    PyTorch hands a Python kernel a wrapped-number tensor (the 3 of `x |= 3`,
+    which reaches us as bitwise_or.Tensor_out) as a Python number, and calling
+    the overload back with it fails ("Unable to cast 3 to Tensor") for every op
+    but the few PyTorch lets take numbers.  The tensor gets the dtype the number
+    promotes to against the call's first tensor, so the result dtype is the one
+    the wrapped number gave.  Only the fallback paths call this (the vendor path
+    marshals numbers directly)."""
+    if not any(isinstance(v, _NUMBER_TYPES) for v in (*args, *kwargs.values())):
+        return args, kwargs
+    schema_args = op._schema.arguments
+    slots = [i for i, a in enumerate(schema_args) if _unwrap_optional(str(a.type)) == "Tensor"]
+    args, kwargs = list(args), dict(kwargs)
+    reference = next((v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)), None)
+    for i in slots:
+        if i < len(args):
+            if isinstance(args[i], _NUMBER_TYPES):
+                args[i] = _number_tensor(args[i], reference)
+        elif isinstance(kwargs.get(schema_args[i].name), _NUMBER_TYPES):
+            kwargs[schema_args[i].name] = _number_tensor(kwargs[schema_args[i].name], reference)
+    return tuple(args), kwargs
+
+
+def _number_tensor(value, reference: torch.Tensor | None) -> torch.Tensor:
+    return torch.tensor(value, dtype=torch.result_type(reference, value) if reference is not None else None)

@@ -15,6 +15,8 @@ import struct
 import cffi
 import torch
 
+from .logs import logger
+
 # DLPack's C structs (the DLPack standard, v0.8 layout), not part of our ABI.
 _dl = cffi.FFI()
 _dl.cdef("""
@@ -70,11 +72,40 @@ _slots = _SlotPool()
 _live: dict[int, tuple] = {}
 # DLManagedTensor address -> cffi objects of the rare slot-less tensors (> 8 dims)
 _cffi_keepalive: dict[int, tuple] = {}
+_hidden_error: BaseException | None = None
 
 
 @_dl.callback("void(DLManagedTensor *)")
 def _deleter(managed) -> None:
-    address = int(_dl.cast("uintptr_t", managed))
+    try:
+        address = int(_dl.cast("uintptr_t", managed))
+    except SystemError as exc:
+        # PyTorch freed the tensor while Python had an exception pending (a temporary
+        # dying as the interpreter unwinds a failed call): any builtin called then fails.
+        # Catching it cleared the pending state, so the release below works.
+        _report_hidden_error(exc.__cause__ or exc.__context__)
+        address = int(_dl.cast("uintptr_t", managed))
+    _release(address)
+
+
+def _report_hidden_error(error: BaseException | None) -> None:
+    """A C callback cannot hand a pending exception back to the interpreter (cffi
+    clears it), so the caller will see "SystemError: error return without exception
+    set": say what the real error was, and keep it for torch_fl.last_hidden_error()."""
+    global _hidden_error
+    _hidden_error = error
+    logger.error("an fl tensor was freed while Python was raising %s: %s; Python will report "
+                 "'SystemError: error return without exception set' in its place (a limit of C "
+                 "callbacks into Python). fl_runtime.storage.last_hidden_error() returns it.",
+                 type(error).__name__, error)
+
+
+def last_hidden_error() -> BaseException | None:
+    """The exception that a tensor freed during its unwinding hid (see _deleter), if any."""
+    return _hidden_error
+
+
+def _release(address: int) -> None:
     entry = _live.pop(address, None)
     if entry is not None:
         slot, release, block = entry

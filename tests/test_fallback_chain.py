@@ -119,3 +119,40 @@ def test_decision_is_cached_per_device_op_and_dtypes(chain, x):
     first = chain.decide(op, (x,), {}, 0)
     assert chain.decide(op, (x * 2,), {}, 0) is first                    # same signature: cached
     assert chain.decide(op, (x.double(),), {}, 0) is not first           # other dtypes: decided again
+
+
+# Convolutions the reference kernel cannot compute: it declines them at launch
+# (FL_ERROR_NOT_SUPPORTED, nothing enqueued) and the runtime runs them on the CPU.
+DECLINED_CONVOLUTIONS = {
+    "conv3d": (torch.nn.functional.conv3d, (2, 3, 5, 5, 5), (4, 3, 3, 3, 3)),
+    "conv_transpose2d": (torch.nn.functional.conv_transpose2d, (2, 3, 5, 5), (3, 4, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECLINED_CONVOLUTIONS))
+def test_declined_convolution_runs_on_the_cpu(fl, name):
+    conv, x_shape, w_shape = DECLINED_CONVOLUTIONS[name]
+    x, w = torch.randn(x_shape), torch.randn(w_shape)
+    result, paths = _paths(fl, conv, x.to("fl:0"), w.to("fl:0"))
+    assert paths["aten::convolution"] == {"cpu"}
+    torch.testing.assert_close(result.cpu(), conv(x, w))
+
+
+@pytest.mark.parametrize("name", sorted(DECLINED_CONVOLUTIONS))
+def test_declined_convolution_under_strict_names_the_op(fl, name, monkeypatch):
+    conv, x_shape, w_shape = DECLINED_CONVOLUTIONS[name]
+    x, w = torch.randn(x_shape, device="fl:0"), torch.randn(w_shape, device="fl:0")
+    monkeypatch.setenv("TORCH_FL_STRICT", "1")
+    with pytest.raises(UnsupportedOpError, match=r"operator 'aten::convolution' has no kernel on fl:0: .*"
+                       r"FL_ERROR_NOT_SUPPORTED: launch_kernel\(convolution\) declines"):
+        conv(x, w)
+    fl.synchronize()     # nothing was enqueued: the stream holds no failed kernel
+
+
+def test_a_complex_operand_is_declined_at_launch(fl):
+    # add.Tensor's main operand is float32 (a dtype the kernel takes); the complex one is
+    # refused by launch_kernel itself, before anything is enqueued
+    a, z = torch.randn(3), torch.randn(3, dtype=torch.complex64)
+    result, paths = _paths(fl, torch.add, a.to("fl:0"), z.to("fl:0"))
+    assert paths["aten::add.Tensor"] == {"cpu"}
+    torch.testing.assert_close(result.cpu(), a + z)

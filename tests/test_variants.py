@@ -1,9 +1,11 @@
 """Precise and fast kernel variants (F9): the config's policy picks one, globally,
 per op, and fast under autocast; the profile shows which ran.
 
-The reference vendor offers precise kernels only, so these tests load
-tests/fixtures/plugin_variants.c: the reference vendor with a FAST copy of its
-"mm" and "add.Tensor" entries whose launches it counts (fl_variants_fast_launches).
+The policy tests load tests/fixtures/plugin_variants.c: the reference vendor
+with a FAST copy of its "mm" and "add.Tensor" entries whose launches it counts
+(fl_variants_fast_launches).  The reference vendor's own fast kernel (gelu:
+float32 erf / tanh approximations) is checked against the conformance suite's
+fast-variant tolerance.
 """
 import json
 import subprocess
@@ -111,3 +113,31 @@ def test_kernels_config_normalises_op_names():
     assert config.kernels.variant == "fast"
     assert config.kernels.variant_for("mm") == "precise" and config.kernels.variant_for("add.Tensor") == "fast"
     assert config.kernels.variant_for("bmm") is None
+
+
+GELU_FAST_SCRIPT = """
+    import json, torch, torch_fl
+    from conformance.tolerances import tolerance_for
+    x = torch.linspace(-12, 12, 20001)
+    with torch_fl.profile() as prof:
+        got = {a: torch.nn.functional.gelu(x.to("fl:0"), approximate=a).cpu() for a in ("none", "tanh")}
+    bound = tolerance_for("gelu", torch.float32, fast=True)     # the declared allowance
+    excess = {}
+    for a, y in got.items():
+        want = torch.nn.functional.gelu(x, approximate=a)
+        excess[a] = ((y - want).abs() / (bound.atol + bound.rtol * want.abs())).max().item()
+    print(json.dumps({"variants": sorted({(r["op"], r["path"], r["variant"]) for r in prof.table()}),
+                      "excess": excess}))
+"""
+
+
+@pytest.mark.parametrize("kernels_yaml", ["kernels:\n  variant: fast\n",
+                                          "kernels:\n  per_op:\n    aten::gelu: fast\n"])
+def test_reference_fast_gelu_runs_and_stays_within_the_fast_bound(python, tmp_path, kernels_yaml):
+    config = tmp_path / "config.yaml"
+    config.write_text("devices:\n  - type: reference\n" + kernels_yaml)
+    result = python(GELU_FAST_SCRIPT, {"TORCH_FL_CONFIG": str(config)})
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["variants"] == [["aten::gelu", "native", "fast"]]
+    assert all(0 <= e <= 1 for e in got["excess"].values()), got["excess"]

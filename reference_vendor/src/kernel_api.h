@@ -30,6 +30,14 @@ typedef struct ref_kernel_def {
     uint64_t dtypes;      /* mask of (1ull << fl_dtype) */
     int32_t variant;      /* fl_kernel_variant */
     ref_kernel_fn fn;
+    /* Optional, run by launch_kernel before anything is enqueued, on the
+     * arguments' metadata only (tensor bases are still device addresses, so
+     * it must never read data).  FL_ERROR_NOT_SUPPORTED (ref_decline) declines
+     * the call with its message and the runtime runs it elsewhere: for
+     * well-formed configurations the kernel cannot compute.  Any other status
+     * is ignored here: malformed arguments still fail in the kernel, as the
+     * conformance suite's robustness probes expect. */
+    ref_kernel_fn accepts;
 } ref_kernel_def;
 
 /* Defined in kernel_table.c: every kernel the reference chip offers. */

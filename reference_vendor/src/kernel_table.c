@@ -6,9 +6,15 @@
  * op's main tensor(s) (self / input; for copy_ both sides).  Index and
  * target tensors (max-pool indices, nll targets) are int64 and not part of
  * the mask.  Every kernel re-checks its dtypes and fails with a message for
- * a combination it does not handle.
+ * a combination it does not handle.  The optional fifth field (accepts) is a
+ * launch-time check that declines, with FL_ERROR_NOT_SUPPORTED, well-formed
+ * calls the kernel cannot compute (3-d / transposed convolution), so they run
+ * through the runtime's fallback instead of failing on the stream.
  */
 #include "kernel_util.h"
+
+/* Most entries leave ref_kernel_def.accepts out (NULL: no launch-time check). */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 #define P FL_VARIANT_PRECISE
 
@@ -26,8 +32,9 @@ const ref_kernel_def ref_kernel_defs[] = {
     {"baddbmm", FLT, P, ref_k_baddbmm_any},
 
     /* convolution */
-    {"convolution", FLT, P, ref_k_convolution_any},
-    {"convolution_backward", FLT, P, ref_k_convolution_backward_any},
+    {"convolution", FLT, P, ref_k_convolution_any, ref_accept_convolution},
+    {"convolution_backward", FLT, P, ref_k_convolution_backward_any,
+     ref_accept_convolution_backward},
 
     /* pooling */
     {"max_pool2d_with_indices", FLT, P, ref_k_max_pool2d_with_indices_any},
@@ -54,6 +61,7 @@ const ref_kernel_def ref_kernel_defs[] = {
     /* reductions */
     {"sum", ALL, P, ref_k_sum},
     {"sum.dim_IntList", ALL, P, ref_k_sum_dim},
+    {"sum.IntList_out", ALL, P, ref_k_sum_intlist_out},
     {"mean", FLT, P, ref_k_mean},
     {"mean.dim", FLT, P, ref_k_mean_dim},
     {"argmax", NUM, P, ref_k_argmax},
@@ -200,6 +208,8 @@ const ref_kernel_def ref_kernel_defs[] = {
 
     /* activation */
     {"gelu", FLT, P, ref_k_gelu},
+    /* fast: vectorised float32 erf / tanh approximations, float64 precise (kernels_activation.c) */
+    {"gelu", FLT, FL_VARIANT_FAST, ref_k_gelu_fast},
     {"gelu_backward", FLT, P, ref_k_gelu_backward},
     {"silu", FLT, P, ref_k_silu},
     {"silu_", FLT, P, ref_k_silu_},

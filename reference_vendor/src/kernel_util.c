@@ -30,13 +30,27 @@ fl_status ref_kernel_fail(ref_kernel_ctx *ctx, const char *fmt, ...) {
     return FL_ERROR_KERNEL_FAILED;
 }
 
-fl_status ref_fail(const ref_args *a, const char *fmt, ...) {
+static fl_status fail_with(const ref_args *a, fl_status status, const char *fmt, va_list ap) {
     char body[REF_ERROR_MESSAGE_MAX];
+    vsnprintf(body, sizeof body, fmt, ap);
+    ref_kernel_fail(a->ctx, "%s: %s", a->op ? a->op : "kernel", body);
+    return status;
+}
+
+fl_status ref_fail(const ref_args *a, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
+    fl_status st = fail_with(a, FL_ERROR_KERNEL_FAILED, fmt, ap);
     va_end(ap);
-    return ref_kernel_fail(a->ctx, "%s: %s", a->op ? a->op : "kernel", body);
+    return st;
+}
+
+fl_status ref_decline(const ref_args *a, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fl_status st = fail_with(a, FL_ERROR_NOT_SUPPORTED, fmt, ap);
+    va_end(ap);
+    return st;
 }
 
 /* ======================================================================== */

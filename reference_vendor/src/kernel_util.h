@@ -266,6 +266,10 @@ fl_status ref_args_init(ref_args *a, const char *op, const fl_arg *args, uint32_
                         uint32_t expected, ref_kernel_ctx *ctx);
 /* ref_kernel_fail prefixed with "<op>: " */
 fl_status ref_fail(const ref_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* the same message, returning FL_ERROR_NOT_SUPPORTED: for launch-time checks
+ * (ref_kernel_def.accepts) declining well-formed arguments the kernel cannot compute */
+fl_status ref_decline(const ref_args *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 int ref_arg_is_none(const ref_args *a, uint32_t i);
 /* tensor (validated: struct_size, dtype, ndim, sizes, data pointer) */
@@ -456,13 +460,14 @@ REF_KERNEL(ref_k_lt_scalar); REF_KERNEL(ref_k_ge_scalar); REF_KERNEL(ref_k_le_sc
 /* kernels_copy.c */
 REF_KERNEL(ref_k_copy_); REF_KERNEL(ref_k_fill__scalar); REF_KERNEL(ref_k_zero_);
 /* kernels_reduce.c */
-REF_KERNEL(ref_k_sum); REF_KERNEL(ref_k_sum_dim); REF_KERNEL(ref_k_mean);
+REF_KERNEL(ref_k_sum); REF_KERNEL(ref_k_sum_dim); REF_KERNEL(ref_k_sum_intlist_out); REF_KERNEL(ref_k_mean);
 REF_KERNEL(ref_k_mean_dim); REF_KERNEL(ref_k_argmax); REF_KERNEL(ref_k_max);
 REF_KERNEL(ref_k_min);
 /* kernels_matmul.c */
 REF_KERNEL(ref_k_mm); REF_KERNEL(ref_k_addmm); REF_KERNEL(ref_k_bmm); REF_KERNEL(ref_k_baddbmm);
 /* kernels_conv.c */
 REF_KERNEL(ref_k_convolution); REF_KERNEL(ref_k_convolution_backward);
+REF_KERNEL(ref_accept_convolution); REF_KERNEL(ref_accept_convolution_backward);
 /* kernels_pool.c */
 REF_KERNEL(ref_k_max_pool2d_with_indices); REF_KERNEL(ref_k_max_pool2d_with_indices_backward);
 /* kernels_avgpool.c */
@@ -485,7 +490,7 @@ REF_KERNEL(ref_k_native_layer_norm); REF_KERNEL(ref_k_native_layer_norm_backward
 REF_KERNEL(ref_k_native_group_norm); REF_KERNEL(ref_k_native_group_norm_backward);
 REF_KERNEL(ref_k_native_batch_norm); REF_KERNEL(ref_k_native_batch_norm_backward);
 /* kernels_activation.c */
-REF_KERNEL(ref_k_gelu); REF_KERNEL(ref_k_gelu_backward); REF_KERNEL(ref_k_silu);
+REF_KERNEL(ref_k_gelu); REF_KERNEL(ref_k_gelu_fast); REF_KERNEL(ref_k_gelu_backward); REF_KERNEL(ref_k_silu);
 REF_KERNEL(ref_k_silu_); REF_KERNEL(ref_k_silu_backward); REF_KERNEL(ref_k_leaky_relu);
 REF_KERNEL(ref_k_leaky_relu_); REF_KERNEL(ref_k_leaky_relu_backward); REF_KERNEL(ref_k_elu);
 REF_KERNEL(ref_k_elu_); REF_KERNEL(ref_k_elu_backward); REF_KERNEL(ref_k_softplus);

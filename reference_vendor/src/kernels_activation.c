@@ -19,6 +19,32 @@ static inline double gelu_tanh_inner(double x) {
     return SQRT_2_OVER_PI * (x + GELU_KAPPA * x * x * x);
 }
 
+/* FAST variant (kernel table: FL_VARIANT_FAST): float32 whatever the dtype,
+ * branch-free so the loops vectorise (libm's erf/tanh do not).
+ *   exact ("none"): 0.5 x erfc(-x/sqrt2) with Abramowitz & Stegun 7.1.26
+ *       (|erf error| <= 1.5e-7) written on erfc, so the negative tail keeps
+ *       its relative accuracy until exp underflows;
+ *   tanh: tanh(u) = 1 - 2 / (exp(2u) + 1) with ref_expf.
+ * float64 keeps the precise loops: float32 arithmetic would break float64's
+ * bound (errors ~6e-7 against an allowance of 4e-7 + 4e-7 |y|), and a
+ * float64 caller asked for float64.
+ * Measured against PyTorch's float64 gelu over [-10, 10]: see BENCHMARKS.md. */
+static inline float gelu_fast_none(float x) {
+    const float z = (x < 0.0f ? -x : x) * (float)SQRT1_2;
+    const float t = 1.0f / (1.0f + 0.3275911f * z);
+    const float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f +
+                       t * (-1.453152027f + t * 1.061405429f))));
+    const float tail = poly * ref_expf(-z * z);          /* erfc(z) */
+    return 0.5f * x * (x < 0.0f ? tail : 2.0f - tail);
+}
+static inline float gelu_fast_tanh(float x) {
+    float u = 2.0f * (float)SQRT_2_OVER_PI * (x + (float)GELU_KAPPA * x * x * x);
+    u = u > 80.0f ? 80.0f : (u < -80.0f ? -80.0f : u);   /* exp stays finite */
+    return 0.5f * x * (2.0f - 2.0f / (ref_expf(u) + 1.0f));
+}
+EW_LOOP1(l_gelu_fast_f32, float, ref_f32, float, ref_f32, NOSETUP, gelu_fast_none(a))
+EW_LOOP1(l_gelu_tanh_fast_f32, float, ref_f32, float, ref_f32, NOSETUP, gelu_fast_tanh(a))
+
 /* forward: a = self */
 DEF1_F(l_gelu, NOSETUP, (T)0.5 * a * ((T)1 + G1(erf, a * (T)SQRT1_2)))
 DEF1_F(l_gelu_tanh, NOSETUP, (T)0.5 * a * ((T)1 + G1(tanh, (T)gelu_tanh_inner(a))))
@@ -164,18 +190,28 @@ static fl_status gelu_loops(const ref_args *a, uint32_t i, ew_loops exact, ew_lo
     return FL_SUCCESS;
 }
 
-/* gelu(self, approximate) */
-REF_KERNEL(ref_k_gelu) {
+/* gelu(self, approximate) with the given exact / tanh loops */
+static fl_status gelu_fwd(const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx,
+                          ew_loops exact, ew_loops tanh_) {
     ref_args a;
     ew_call c;
     ew_loops loops;
     memset(&c, 0, sizeof c);
     REF_TRY(ref_args_init(&a, "gelu", args, nargs, 3, ctx));
     REF_TRY(ref_get_operand(&a, 0, "self", &c.in[0]));
-    REF_TRY(gelu_loops(&a, 1, LOOPS_F(l_gelu), LOOPS_F(l_gelu_tanh), &loops));
+    REF_TRY(gelu_loops(&a, 1, exact, tanh_, &loops));
     REF_TRY(ref_get_tensor(&a, 2, "out", &c.out));
     c.nin = 1;
     return ref_ew_run(&a, loops, EW_NO_BOOL, &c);
+}
+
+REF_KERNEL(ref_k_gelu) {
+    return gelu_fwd(args, nargs, ctx, LOOPS_F(l_gelu), LOOPS_F(l_gelu_tanh));
+}
+
+REF_KERNEL(ref_k_gelu_fast) {
+    return gelu_fwd(args, nargs, ctx, (ew_loops){l_gelu_fast_f32, l_gelu_f64, NULL},
+                    (ew_loops){l_gelu_tanh_fast_f32, l_gelu_tanh_f64, NULL});
 }
 
 /* gelu_backward(grad_output, self, approximate) */

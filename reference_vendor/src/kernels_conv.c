@@ -14,7 +14,9 @@
  *   grad_bias:    sum of dY over N, H, W
  * The forward of 1x1 / stride 1 / unpadded convolutions reads the input planes
  * directly (no im2col).
- * Transposed convolution is not supported.
+ * Transposed and 3-d convolutions (and mixed dtypes) are not computed: the
+ * launch-time checks (ref_accept_convolution*) decline them so the runtime
+ * runs them elsewhere instead of failing on the stream.
  */
 #include <stdlib.h>
 
@@ -444,6 +446,46 @@ static int64_t direct_cols_ld(const geom *g, const fl_tensor *x) {
     if (g->KH != 1 || g->KW != 1 || g->SH != 1 || g->SW != 1 || g->PH != 0 || g->PW != 0)
         return 0;
     return plane_ld(g, g->is, g->H, g->W, g->Cg, ref_tensor_data(x));
+}
+
+/* ---- launch-time checks (metadata only; see ref_kernel_def.accepts) ------------ */
+
+/* What parse_geom would refuse for any data: dims, transposed, dtype mix.
+ * Float16/bfloat16 pass here: the *_any wrappers compute them in float32. */
+static fl_status conv_supported(const ref_args *a, const fl_tensor *x, const fl_tensor *w,
+                                uint32_t si) {
+    int transposed;
+    if (x->ndim != 3 && x->ndim != 4)
+        return ref_decline(a, "%d-d convolution is not supported (1-d and 2-d only)",
+                        (int)x->ndim - 2);
+    if (w->ndim != x->ndim)
+        return ref_decline(a, "weight has %d dims, input %d", (int)w->ndim, (int)x->ndim);
+    if (w->dtype != x->dtype)
+        return ref_decline(a, "input and weight dtypes differ (%s, %s)", ref_dtype_name(x->dtype),
+                        ref_dtype_name(w->dtype));
+    REF_TRY(ref_get_bool(a, si + 3, "transposed", &transposed));
+    if (transposed)
+        return ref_decline(a, "transposed convolution is not supported");
+    return FL_SUCCESS;
+}
+
+/* input at xi, weight at xi + 1, stride... at si (see parse_geom) */
+static fl_status accept_conv(const char *op, const fl_arg *args, uint32_t nargs,
+                             ref_kernel_ctx *ctx, uint32_t expected, uint32_t xi, uint32_t si) {
+    ref_args a;
+    const fl_tensor *x, *w;
+    REF_TRY(ref_args_init(&a, op, args, nargs, expected, ctx));
+    REF_TRY(ref_get_tensor(&a, xi, "input", &x));
+    REF_TRY(ref_get_tensor(&a, xi + 1, "weight", &w));
+    return conv_supported(&a, x, w, si);
+}
+
+REF_KERNEL(ref_accept_convolution) {
+    return accept_conv("convolution", args, nargs, ctx, 10, 0, 3);
+}
+
+REF_KERNEL(ref_accept_convolution_backward) {
+    return accept_conv("convolution_backward", args, nargs, ctx, 14, 1, 4);
 }
 
 /* ---- forward ------------------------------------------------------------------ */

@@ -256,6 +256,13 @@ REF_KERNEL(ref_k_mean) { return sum_all("mean", args, nargs, ctx, 1); }
 REF_KERNEL(ref_k_sum_dim) { return sum_dims("sum.dim_IntList", args, nargs, ctx, 0); }
 REF_KERNEL(ref_k_mean_dim) { return sum_dims("mean.dim", args, nargs, ctx, 1); }
 
+/* sum.IntList_out(self, dim, keepdim, *, dtype, out): the runtime has already
+ * resized `out` to the result's shape (PyTorch's resize_output) */
+static REF_KERNEL(sum_intlist_out) { return sum_dims("sum.IntList_out", args, nargs, ctx, 0); }
+REF_KERNEL(ref_k_sum_intlist_out) {
+    return ref_out_variant("sum.IntList_out", args, nargs, ctx, sum_intlist_out);
+}
+
 /* ---- max / min over everything -------------------------------------------------- */
 
 typedef struct mm_ctx {

@@ -578,6 +578,36 @@ static fl_arg *copy_args(const launch_plan *p, const fl_arg *args, uint32_t narg
     return out;
 }
 
+/* Every tensor the chip stores is real: no kernel takes complex64, so a call
+ * with one is declined before the kernel's own check fails on the stream. */
+static const char *complex_argument(const fl_arg *args, uint32_t nargs) {
+    for (uint32_t i = 0; i < nargs; i++) {
+        const fl_arg *a = &args[i];
+        if (a->kind == FL_ARG_TENSOR && a->value.tensor->dtype == FL_COMPLEX64)
+            return "complex64 tensors are not supported by the reference chip";
+        for (uint32_t j = 0; a->kind == FL_ARG_TENSOR_LIST && j < a->count; j++)
+            if (a->value.tensors[j] && a->value.tensors[j]->dtype == FL_COMPLEX64)
+                return "complex64 tensors are not supported by the reference chip";
+    }
+    return NULL;
+}
+
+/* FL_ERROR_NOT_SUPPORTED (nothing enqueued) for a call the kernel cannot
+ * compute: see ref_kernel_def.accepts. */
+static fl_status decline_unsupported(const ref_kernel_def *def, int32_t device,
+                                     const fl_arg *args, uint32_t nargs) {
+    const char *complex = complex_argument(args, nargs);
+    if (complex)
+        return drv_fail(FL_ERROR_NOT_SUPPORTED, "launch_kernel(%s) declines: %s", def->op, complex);
+    if (!def->accepts)
+        return FL_SUCCESS;
+    ref_kernel_ctx ctx = {.device = device, .message = ""};
+    if (def->accepts(args, nargs, &ctx) != FL_ERROR_NOT_SUPPORTED)
+        return FL_SUCCESS;   /* malformed arguments fail in the kernel, on the stream */
+    return drv_fail(FL_ERROR_NOT_SUPPORTED, "launch_kernel(%s) declines: %s", def->op,
+                    ctx.message[0] ? ctx.message : "arguments not supported");
+}
+
 fl_status drv_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel, const fl_arg *args,
                             uint32_t nargs) {
     fl_status st = drv_stream_check(stream, "launch_kernel");
@@ -593,6 +623,8 @@ fl_status drv_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel, con
         return drv_fail(FL_ERROR_INVALID_VALUE, "launch_kernel(%s): args is NULL with nargs=%u",
                         def->op, nargs);
     if ((st = plan_args(&plan, args, nargs)) != FL_SUCCESS)
+        return st;
+    if ((st = decline_unsupported(def, plan.dev->index, args, nargs)) != FL_SUCCESS)
         return st;
     fl_arg *copy = copy_args(&plan, args, nargs);
     if (!copy)
