@@ -20,6 +20,7 @@ from .errors import (ConfigError, DeviceNotFoundError, UnsupportedDtypeError, FL
                      IncompatibleABIError, PluginLoadError, TorchVersionError, UncertifiedPluginError,
                      UnsupportedOpError, VendorError)
 from .runtime import Runtime
+from .storage import last_hidden_error
 from .torch_compat import check_torch_version
 from .version import __version__
 
@@ -88,7 +89,7 @@ except Exception:  # kept in startup_error; raised again by torch_fl and by ever
     pass
 
 __all__ = ["__version__", "init", "runtime", "list_devices", "device_count", "why_no_devices",
-           "synchronize", "plugin_certifications", "op_stats", "profile", "Profile", "coverage",
+           "synchronize", "plugin_certifications", "last_hidden_error", "op_stats", "profile", "Profile", "coverage",
            "CoverageReport", "FLError", "ConfigError", "PluginLoadError", "IncompatibleABIError",
            "VendorError", "UnsupportedOpError", "DeviceNotFoundError", "UnsupportedDtypeError", "FLOutOfMemoryError",
            "TorchVersionError", "UncertifiedPluginError"]

@@ -119,7 +119,7 @@ class FallbackChain:
         its meta kernel failed, an argument the ABI cannot carry), when allowed."""
         self.check_cpu_allowed(op.name(), device_index, f"the vendor kernel cannot take this call ({why})")
         logger.debug("%s: %s; using the CPU fallback", op.name(), why)
-        return self._cpu(op, *numbers_as_tensors(op, args, kwargs), device_index)
+        return self._cpu(op, *numbers_as_tensors(op, args, kwargs), device_index, why)
 
     def check_cpu_allowed(self, name: str, device_index: int, why: str) -> None:
         """Raise UnsupportedOpError when TORCH_FL_STRICT or the config forbids the CPU fallback."""
@@ -129,9 +129,9 @@ class FallbackChain:
             raise UnsupportedOpError(name, f"fl:{device_index}", f"{why} and {switch}; turn the fallback on, "
                                      "move this step to the CPU yourself, or ask the plugin's vendor for a kernel")
 
-    def _cpu(self, op, args: tuple, kwargs: dict, device_index: int):
+    def _cpu(self, op, args: tuple, kwargs: dict, device_index: int, why: str | None = None):
         start = time.perf_counter_ns()
-        result, nbytes = cpu_fallback(op, args, kwargs, device_index)
+        result, nbytes = cpu_fallback(op, args, kwargs, device_index, why)
         self._account(op.name(), profiler.CPU, start, nbytes)
         return result
 

@@ -63,13 +63,15 @@ def boxed_fallback(op, *args, **kwargs):
     return _chain[0].run(op, args, kwargs, _first_fl_device(args, kwargs))
 
 
-def cpu_fallback(op, args: tuple, kwargs: dict, device_index: int) -> tuple[object, int]:
-    """Run `op` with PyTorch's CPU kernel on copies of the fl inputs.
+def cpu_fallback(op, args: tuple, kwargs: dict, device_index: int, why: str | None = None) -> tuple[object, int]:
+    """Run `op` with PyTorch's CPU kernel on copies of the fl inputs (`why`: the reason,
+    when it is not simply that no kernel exists).
     Returns (result on fl, bytes copied between fl and the host)."""
     name = op.name()
     if name not in _warned:
         _warned.add(name)
-        warnings.warn(f"torch_fl: '{name}' has no kernel on fl:{device_index}; running it on the CPU "
+        reason = f"the vendor kernel cannot take this call ({why})" if why else "no kernel"
+        warnings.warn(f"torch_fl: '{name}' on fl:{device_index}: {reason}; running it on the CPU "
                       "(inputs copied out and results copied back). This is slow; "
                       "TORCH_FL_STRICT=1 makes it an error.", stacklevel=4)
     copied = [0]

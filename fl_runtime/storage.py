@@ -96,7 +96,7 @@ def _report_hidden_error(error: BaseException | None) -> None:
     _hidden_error = error
     logger.error("an fl tensor was freed while Python was raising %s: %s; Python will report "
                  "'SystemError: error return without exception set' in its place (a limit of C "
-                 "callbacks into Python). fl_runtime.storage.last_hidden_error() returns it.",
+                 "callbacks into Python). torch_fl.last_hidden_error() returns it.",
                  type(error).__name__, error)
 
 
