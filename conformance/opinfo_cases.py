@@ -102,8 +102,11 @@ def op_db() -> tuple:
     """PyTorch's OpInfo database (slow to import, ~3 s: the fork server does it once)."""
     try:
         from torch.testing._internal.common_methods_invocations import op_db as database
-    except ImportError as exc:   # torch.testing needs expecttest, a test-only dependency
-        raise NoSource(f"PyTorch's OpInfo database cannot be imported ({exc}); install expecttest") from exc
+    except ImportError as exc:   # torch.testing needs numpy and expecttest, which torch does not pull in
+        # Not NoSource: a broken install must fail the run, not turn every kernel "untested".
+        raise RuntimeError(f"the conformance suite cannot build kernel inputs: PyTorch's OpInfo database "
+                           f"failed to import ({exc}); reinstall torch-fl so its dependencies (numpy, "
+                           "expecttest) are present") from exc
     return tuple(database)
 
 
