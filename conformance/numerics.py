@@ -25,13 +25,15 @@ _ACCUMULATES = {"mean": "sum", "mean.dim": "sum.dim_IntList"}
 # whatever their strides, so called directly on a strided view it returns values for the
 # wrong elements (PyTorch 2.x, aten/src/ATen/native/group_norm.cpp and its CPU kernel:
 # native_group_norm reads weight and bias by data pointer, and refuses a non-contiguous
-# input; native_group_norm_backward does so for grad_out, input, mean, rstd and weight.
-# Only the composite at::group_norm and autograd call them, and both pass contiguous
-# tensors).  The ABI hands a kernel strides, and a kernel must honour them; so for these
+# input; native_group_norm_backward does so for grad_out, input, mean, rstd and weight;
+# native_layer_norm_backward reads a strided mean/rstd by data pointer too.  Only the
+# composites at::group_norm / at::layer_norm and autograd call them, and all pass
+# contiguous tensors).  The ABI hands a kernel strides, and a kernel must honour them; so for these
 # ops the expected values come from contiguous copies of the inputs (same values, the
 # layout PyTorch's own callers give).  tests/test_conformance_units.py checks that
 # PyTorch still behaves so.
-CPU_READS_AS_CONTIGUOUS = frozenset({"native_group_norm", "native_group_norm_backward"})
+CPU_READS_AS_CONTIGUOUS = frozenset({"native_group_norm", "native_group_norm_backward",
+                                     "native_layer_norm_backward"})
 
 
 class RejectCase(Exception):

@@ -309,7 +309,24 @@ def test_group_norm_reference_uses_contiguous_copies_where_cpu_ignores_strides()
     assert torch.allclose(fixed, first_principles, rtol=1e-12, atol=1e-12)
     got = cpu_reference(compile_plan("native_group_norm"), [x, w, bias, *args])[0]
     assert torch.equal(got, fixed)
-    assert CPU_READS_AS_CONTIGUOUS == {"native_group_norm", "native_group_norm_backward"}
+    assert CPU_READS_AS_CONTIGUOUS == {"native_group_norm", "native_group_norm_backward",
+                                       "native_layer_norm_backward"}
+
+
+def test_layer_norm_backward_cpu_reads_a_strided_rstd_as_contiguous():
+    """Why native_layer_norm_backward is in CPU_READS_AS_CONTIGUOUS (found by the cert profile):
+    PyTorch CPU reads rstd by data pointer, so a strided rstd gives values of the wrong elements."""
+    gen = torch.Generator().manual_seed(0)
+    x, grad = (torch.randn(2, 3, 4, generator=gen, dtype=torch.float64) for _ in range(2))
+    w, b = (torch.randn(4, generator=gen, dtype=torch.float64) for _ in range(2))
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [4], w, b, 1e-5)
+    padded = torch.full((2, 3, 2), float("nan"), dtype=torch.float64)
+    padded[..., 0] = rstd[..., 0]
+    strided = padded[..., ::2]                       # same values as rstd, stride 2 in the last dim
+    assert torch.equal(strided, rstd)
+    direct = torch.ops.aten.native_layer_norm_backward(grad, x, [4], mean, strided, w, b, [True, True, True])
+    fixed = torch.ops.aten.native_layer_norm_backward(grad, x, [4], mean, rstd, w, b, [True, True, True])
+    assert not torch.equal(direct[0], fixed[0]), "PyTorch now honours rstd's strides: drop the rule"
 
 
 def test_running_statistics_are_judged_relative_to_the_terms_of_their_update():
