@@ -23,7 +23,7 @@ demo: build
 	$(PY) examples/demo.py
 
 test: build
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --durations=15
 
 bench: build
 	$(PY) benchmarks/bench.py
