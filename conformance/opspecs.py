@@ -7,6 +7,7 @@ case is a small dict.  Ops of a kernel table missing here are reported as
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -37,11 +38,13 @@ def _alpha(draw: s.Draw, dtype: torch.dtype) -> dict:
     return {"alpha": draw(st.sampled_from([2.0, -0.5] if dtype.is_floating_point else [2, -3]))}
 
 
-def binary(inplace: bool = False, alpha: bool = False, scalar_other: bool = False) -> Generator:
+def binary(inplace: bool = False, alpha: bool = False, scalar_other: bool = False,
+           integral: bool = False) -> Generator:
+    """self op other; `integral`: a scalar other stays an integer (bitwise ops refuse floats)."""
     def generate(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
         out = s.shape(draw)
         self_ = s.tensor(draw, out if inplace else s.broadcast_to(draw, out), dtype, mutable=inplace)
-        other = (s.scalar(draw, dtype, allow_float=not inplace) if scalar_other
+        other = (s.scalar(draw, dtype, allow_float=not (inplace or integral)) if scalar_other
                  else s.tensor(draw, s.broadcast_to(draw, out), dtype))
         return [self_, other], (_alpha(draw, dtype) if alpha else {})
     return generate
@@ -58,6 +61,36 @@ def pow_scalar(inplace: bool = False) -> Generator:
         exponents = [2.0, 0.5, 3.0, -1.0, 0.0, 2.5, -2.0] if dtype.is_floating_point else [2, 3, 0, 1]
         return [s.tensor(draw, s.shape(draw), dtype, mutable=inplace), draw(st.sampled_from(exponents))], {}
     return generate
+
+
+def pow_scalar_base(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    """pow.Scalar(Scalar self, Tensor exponent): a scalar base to tensor powers."""
+    bases = [2.0, 0.5, -1.5, 0.0, -0.0, 10.0, 1.0, math.inf, math.nan] if dtype.is_floating_point else [2, 1, 0, -1, 3]
+    base = draw(st.sampled_from(bases if dtype != torch.uint8 else [2, 1, 0, 3]))
+    # integer exponents from [-3, 3): larger ones only test wrap-around of the overflow
+    exponent = s.tensor(draw, s.shape(draw), dtype)
+    if not dtype.is_floating_point:
+        exponent["tensor"].update(scale=3.0, specials=[])
+    return [base, exponent], {}
+
+
+def hardtanh_bounds(draw: s.Draw, dtype: torch.dtype) -> list:
+    """min_val, max_val (either order: PyTorch clamps to max_val when they cross)."""
+    if dtype.is_floating_point:
+        return draw(st.lists(st.sampled_from([-1.0, 1.0, 0.0, -0.0, -0.5, 0.25, 2.0, -3.0]), min_size=2, max_size=2))
+    return [s.scalar(draw, dtype, allow_float=False) for _ in range(2)]
+
+
+def hardtanh(inplace: bool = False) -> Generator:
+    def generate(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+        return [s.tensor(draw, s.shape(draw), dtype, mutable=inplace), *hardtanh_bounds(draw, dtype)], {}
+    return generate
+
+
+def hardtanh_backward(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    out = s.shape(draw)
+    grad, self_ = (s.tensor(draw, s.broadcast_to(draw, out), dtype) for _ in range(2))
+    return [grad, self_, *hardtanh_bounds(draw, dtype)], {}
 
 
 def clamp(inplace: bool = False) -> Generator:
@@ -103,6 +136,43 @@ def reduce_all(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]
 def reduce_dims(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
     dims = s.shape(draw)
     return [s.tensor(draw, dims, dtype), _dims_of(draw, len(dims)), draw(st.booleans())], {}
+
+
+def reduce_dims_out(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    """sum.IntList_out: reduce_dims plus an `out` of the result's shape, in its own layout."""
+    [self_, dims, keepdim], _ = reduce_dims(draw, dtype, mask)
+    shape = self_["tensor"]["shape"]
+    reduced = {d % len(shape) for d in dims} if shape and dims else set(range(len(shape)))
+    out_shape = [1 if d in reduced else n for d, n in enumerate(shape) if keepdim or d not in reduced]
+    return [self_, dims, keepdim], {"out": s.tensor(draw, out_shape, dtype, mutable=True)}
+
+
+def _index(draw: s.Draw, size: int, length: int, unique: bool) -> dict:
+    """An int64 index tensor into a dimension of `size`: values in [-size, size), or distinct
+    ones in [0, size) when `unique`."""
+    index = s.tensor(draw, [length], torch.int64)
+    index["tensor"].update(scale=float(size), specials=[], unique=unique)
+    return index
+
+
+def index_put(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    """_index_put_impl_(self, indices, values, accumulate, unsafe): integer indices into the
+    leading dims (after a None at times), or a bool mask; without accumulate the indexed
+    positions are distinct (PyTorch defines no winner among duplicates)."""
+    dims = s.shape(draw, min_dims=1, empty=False)
+    accumulate = draw(st.booleans())
+    if draw(st.integers(0, 3)) == 0:   # a bool mask over dim 0
+        indices = [s.tensor(draw, dims[:1], torch.bool)]
+        indexed = s.broadcast_to(draw, dims[1:])
+    else:
+        skip = 1 if len(dims) > 1 and draw(st.booleans()) else 0
+        count = draw(st.integers(1, min(2, len(dims) - skip)))
+        length = draw(st.integers(0, dims[skip] if not accumulate else 8))
+        indices = [None] * skip + [_index(draw, dims[skip + i], length, unique=i == 0 and not accumulate)
+                                   for i in range(count)]
+        indexed = s.broadcast_to(draw, dims[:skip] + [length] + dims[skip + count:])
+    values = s.tensor(draw, indexed, dtype)
+    return [s.tensor(draw, dims, dtype, mutable=True), indices, values, accumulate, False], {}
 
 
 def argmax(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
@@ -190,6 +260,12 @@ OPSPECS: dict[str, OpSpec] = {
     "_softmax": OpSpec(softmax), "_log_softmax": OpSpec(softmax),
     "mm": OpSpec(mm), "bmm": OpSpec(bmm), "addmm": OpSpec(addmm),
     "copy_": OpSpec(copy), "fill_.Scalar": OpSpec(fill), "zero_": OpSpec(unary(inplace=True)),
+    "argmin": OpSpec(argmax), "sum.IntList_out": OpSpec(reduce_dims_out), "isfinite": OpSpec(unary()),
+    **{f"bitwise_{op}.Scalar": OpSpec(binary(scalar_other=True, integral=True)) for op in ("and", "or", "xor")},
+    **{f"{op}.Scalar": OpSpec(binary(scalar_other=True)) for op in ("fmod", "remainder")},
+    **_inplace_pairs(lambda i: binary(i, scalar_other=True), ["clamp_min", "clamp_max"]),
+    **_inplace_pairs(hardtanh, ["hardtanh"]), "hardtanh_backward": OpSpec(hardtanh_backward),
+    "pow.Scalar": OpSpec(pow_scalar_base), "_index_put_impl_": OpSpec(index_put),
 }
 
 

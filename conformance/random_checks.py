@@ -1,4 +1,5 @@
-"""Random kernels (normal_, uniform_, bernoulli_): the RNG contract and statistics.
+"""Random kernels (normal_, uniform_, bernoulli_): the RNG contract and statistics
+(native_dropout, which takes no generator: conformance.dropout_checks).
 
 A vendor's generator cannot match PyTorch CPU's bits, so these kernels are
 checked against what the ABI promises (fl_abi.h: a `Generator?` argument
@@ -28,6 +29,7 @@ import torch
 
 from fl_runtime.schema import TAG_GENERATOR, compile_plan
 
+from . import dropout_checks
 from .harness import CallFailed, Device, KernelEntry, call_kernel, storage_bytes
 from .recipes import build
 
@@ -74,7 +76,7 @@ LAWS: dict[str, list[Law]] = {
 
 
 def is_random(op: str) -> bool:
-    return op in LAWS
+    return op in LAWS or op in dropout_checks.OPS
 
 
 class RandomMismatch(AssertionError):
@@ -192,6 +194,8 @@ def _holes(t: torch.Tensor) -> torch.Tensor:
 
 def check(dev: Device, stream, entry: KernelEntry, dtype: str) -> tuple[list[str], float, int]:
     """(problems, worst z-score, calls made) for one random kernel on one dtype."""
+    if entry.op in dropout_checks.OPS:   # no generator argument: checked by what dropout means
+        return dropout_checks.check(dev, stream, entry, dtype)
     run = _Runner(dev, stream, entry)
     problems, worst = [], 0.0
     for law in LAWS[entry.op]:

@@ -44,8 +44,11 @@ def special_values(dtype: torch.dtype, finite_only: bool = False) -> list:
     return sorted({0, 1, info.max, info.min, info.max - 1, info.min + 1, -1 if info.min < 0 else 2})
 
 
-def _values(dtype: torch.dtype, numel: int, seed: int, scale: float, specials: list, finite: bool) -> torch.Tensor:
+def _values(dtype: torch.dtype, numel: int, seed: int, scale: float, specials: list, finite: bool,
+            unique: bool = False) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
+    if unique:   # distinct indices in [0, scale): index_put_ without accumulate has no defined winner otherwise
+        return torch.randperm(int(scale), generator=gen)[:numel].to(dtype)
     if dtype.is_floating_point:
         x = (torch.randn(numel, generator=gen, dtype=torch.float64) * scale).to(dtype)
     elif dtype == torch.bool:
@@ -95,7 +98,7 @@ def build(recipe: dict) -> torch.Tensor:
     storage = _values(dtype, storage_numel, recipe["seed"] + 1, recipe["scale"], [], finite)
     storage.as_strided(held, strides, offset).copy_(
         _values(dtype, math.prod(held), recipe["seed"], recipe["scale"], recipe.get("specials", []),
-                finite).reshape(held))
+                finite, recipe.get("unique", False)).reshape(held))
     expand = set(recipe.get("expand", ()))
     return storage.as_strided(shape, [0 if d in expand else s for d, s in enumerate(strides)], offset)
 
@@ -130,6 +133,6 @@ def materialize(value: object) -> object:
         if "dtype" in value:
             return DTYPES[value["dtype"]]
         raise ValueError(f"unknown case value {value!r}")
-    if isinstance(value, list) and value and isinstance(value[0], dict):
+    if isinstance(value, list) and any(isinstance(v, dict) for v in value):   # Tensor?[] may hold None
         return [materialize(v) for v in value]
     return value

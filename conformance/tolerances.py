@@ -90,14 +90,16 @@ _MAGNITUDE_RTOL = {
 # op family per ATen op name (overload and trailing in-place "_" dropped).
 FAMILY_OF: dict[str, str] = {
     **dict.fromkeys(["add", "sub", "rsub", "mul", "neg", "abs", "relu", "where", "eq", "ne", "gt", "lt", "ge",
-                     "le", "fill", "zero", "copy", "threshold_backward", "argmax"], "exact"),
+                     "le", "fill", "zero", "copy", "threshold_backward", "argmax", "argmin", "hardtanh_backward",
+                     "fmod"], "exact"),   # fmod: IEEE 754 remainder, exactly representable
     "div": "divide", "reciprocal": "divide", "sqrt": "sqrt", "rsqrt": "rsqrt", "exp": "exp",
     "log": "log", "tanh": "tanh", "sigmoid": "sigmoid", "pow": "pow",
     **dict.fromkeys(["lerp", "addcmul", "addcdiv", "sigmoid_backward", "tanh_backward",
                      "_softmax", "_log_softmax"], "close"),
     **dict.fromkeys(["sum", "mean", "nll_loss_forward", "nll_loss2d_forward"], "reduction"),
     **dict.fromkeys(["mm", "addmm", "bmm", "convolution", "convolution_backward"], "matmul"),
-    **dict.fromkeys(["maximum", "minimum", "max", "min", "clamp", "max_pool2d_with_indices"], "minmax"),
+    **dict.fromkeys(["maximum", "minimum", "max", "min", "clamp", "clamp_min", "clamp_max", "hardtanh",
+                     "max_pool2d_with_indices"], "minmax"),
 }
 # Ops without a family (kernels the suite knows only through OpInfo samples) are
 # held to PyTorch's own assert_close defaults.

@@ -91,7 +91,7 @@ const ref_kernel_def ref_kernel_defs[] = {
     {"amin", ALLNI, P, ref_k_amin},
     {"max.dim", ALLNI, P, ref_k_max_dim},
     {"min.dim", ALLNI, P, ref_k_min_dim},
-    {"argmin", ALLNI, P, ref_k_argmin},
+    {"argmin", NUM & ~REF_DT(FL_INT64), P, ref_k_argmin}, /* exact in float64 */
     {"var.correction", FLT, P, ref_k_var_correction},
     {"std.correction", FLT, P, ref_k_std_correction},
     {"var_mean.correction", FLT, P, ref_k_var_mean_correction},
@@ -224,7 +224,7 @@ const ref_kernel_def ref_kernel_defs[] = {
     {"softplus_backward", FLT, P, ref_k_softplus_backward},
     {"hardtanh", NUM, P, ref_k_hardtanh},
     {"hardtanh_", NUM, P, ref_k_hardtanh_},
-    {"hardtanh_backward", NUM, P, ref_k_hardtanh_backward},
+    {"hardtanh_backward", FLT, P, ref_k_hardtanh_backward},
 
     /* unary */
     {"sin", ALL, P, ref_k_sin},

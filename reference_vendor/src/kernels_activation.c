@@ -55,10 +55,13 @@ DEF1_F(l_elu, const T alpha = PARAM(T, 0); const T scale = PARAM(T, 1);
        a > (T)0 ? a * scale : (G1(expm1, a * iscale)) * alpha * scale)
 DEF1_F(l_softplus, const T beta = PARAM(T, 0); const T thr = PARAM(T, 1);,
        a * beta > thr ? a : G1(log1p, EXPG(T, a * beta)) / beta)
+/* clamp's order: max with lo first, then min with hi, so hi wins when the bounds cross
+ * (ATen's hardtanh is clamp; only torch.nn.functional checks min_val <= max_val) */
+#define CLAMP_LO_HI(a, lo, hi) ((a) < (lo) ? ((lo) > (hi) ? (hi) : (lo)) : ((a) > (hi) ? (hi) : (a)))
 DEF1_F(l_hardtanh, const T lo = PARAM(T, 0); const T hi = PARAM(T, 1);,
-       a < lo ? lo : (a > hi ? hi : a))
+       CLAMP_LO_HI(a, lo, hi))
 DEF1_I(l_hardtanh, const T lo = PARAM(T, 0); const T hi = PARAM(T, 1);,
-       a < lo ? lo : (a > hi ? hi : a))
+       CLAMP_LO_HI(a, lo, hi))
 
 /* backward: a = grad_output, b = self (or the result where noted) */
 static inline double gelu_grad(double x) {

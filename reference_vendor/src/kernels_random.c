@@ -245,7 +245,8 @@ static void dropout_fill(const dropout_job *j) {
         for (int k = 0; k < m; ++k) {
             const uint8_t keep = u53(r0[k], r1[k]) < j->keep;
             j->mask[off + k] = keep;
-            j->y[off + k] = keep ? j->x[off + k] * j->scale : 0.0;
+            /* x * 0 rather than 0: a dropped NaN or inf stays NaN and -x gives -0, as on CPU */
+            j->y[off + k] = j->x[off + k] * (keep ? j->scale : 0.0);
         }
     }
 }
