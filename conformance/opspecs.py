@@ -7,6 +7,7 @@ case is a small dict.  Ops of a kernel table missing here are reported as
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -15,6 +16,7 @@ import torch
 from hypothesis import strategies as st
 
 from fl_runtime import abi
+from fl_runtime.schema import compile_plan
 
 from . import opinfo_cases
 from . import strategies as s
@@ -299,9 +301,31 @@ def grid_case(op: str, dtype: torch.dtype) -> dict | None:
             "shift": 0, "out_shift": 0}
 
 
+@functools.cache
+def elementwise_unary(op: str) -> bool:
+    """Is `op` (Tensor self, scalars with defaults) -> one tensor of self's shape? Then every
+    float16/bfloat16 input fits in one call (gelu, sin, erf, isnan ... as well as the hand-made
+    unary specs)."""
+    try:
+        plan = compile_plan(op)
+    except AttributeError:   # not an ATen op this torch knows
+        return False
+    if (plan.tensor_arg_indices != (0,) or plan.list_tensor_arg_indices or plan.has_generator
+            or len(plan.returns_alias) != 1 or any(plan.out_returns)
+            or any(spec.required for spec in plan.args[1:])):
+        return False
+    try:
+        result = plan.op(torch.empty(5, device="meta"))
+    except (RuntimeError, TypeError, ValueError, NotImplementedError):   # needs more than defaults (clamp)
+        return False
+    return isinstance(result, torch.Tensor) and tuple(result.shape) == (5,)
+
+
 def sweep_case(op: str, dtype: torch.dtype) -> dict | None:
     """Every 16-bit input at once, for unary float ops on float16/bfloat16."""
-    if op not in OPSPECS or not OPSPECS[op].sweep_16bit or dtype not in (torch.float16, torch.bfloat16):
+    if dtype not in (torch.float16, torch.bfloat16):
+        return None
+    if not (OPSPECS[op].sweep_16bit if op in OPSPECS else elementwise_unary(op)):
         return None
     recipe = {"bits": "all", "dtype": NAMES[dtype], "shape": [1 << 16]}
     return {"op": op, "dtype": NAMES[dtype], "args": [{"tensor": recipe}], "kwargs": {}, "shift": 0,

@@ -6,7 +6,7 @@ with fixed settings: no -k, no --seed, no --run-known-failures.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -33,14 +33,21 @@ class ProfileError(ValueError):
     """An option the chosen profile does not allow, or an unknown profile."""
 
 
-def choose(name: str, seed: int | None, keyword: str | None, run_known_failures: bool) -> tuple[Profile, int]:
-    """The profile and the seed to use; refuses options a fixed profile forbids."""
+def choose(name: str, seed: int | None, keyword: str | None, run_known_failures: bool,
+           unit_timeout_s: float | None = None) -> tuple[Profile, int]:
+    """The profile (with the unit timeout asked for) and the seed to use; refuses options a
+    fixed profile forbids."""
     if name not in PROFILES:
         raise ProfileError(f"unknown profile '{name}' (known: {', '.join(PROFILES)})")
     profile = PROFILES[name]
     if profile.fixed:
         given = [flag for flag, used in (("--seed", seed is not None), ("-k", keyword),
-                                         ("--run-known-failures", run_known_failures)) if used]
+                                         ("--run-known-failures", run_known_failures),
+                                         ("--unit-timeout", unit_timeout_s is not None)) if used]
         if given:
             raise ProfileError(f"the {name} profile runs with fixed settings; remove {', '.join(given)}")
+    if unit_timeout_s is not None:
+        if not unit_timeout_s > 0:
+            raise ProfileError(f"--unit-timeout must be a positive number of seconds, not {unit_timeout_s:g}")
+        profile = replace(profile, unit_timeout_s=unit_timeout_s)
     return profile, DEFAULT_SEED if seed is None else seed

@@ -6,7 +6,7 @@ pytest run that does not pass --fl-plugin.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -56,6 +56,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fl-json", default=None, help="write the JSON report here")
     group.addoption("--fl-html", default=None, help="write the HTML report (per-kernel table) here")
     group.addoption("--fl-run-known-failures", action="store_true")
+    group.addoption("--fl-unit-timeout", type=float, default=None,
+                    help="seconds a kernel worker may stay silent on one unit (default: the profile's)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -69,6 +71,10 @@ def pytest_configure(config: pytest.Config) -> None:
     except (TargetError, waiver_file.WaiverError) as exc:
         raise pytest.UsageError(str(exc)) from exc
     profile = PROFILES[config.getoption("fl_profile")]
+    if config.getoption("fl_unit_timeout") is not None:
+        if profile.fixed:
+            raise pytest.UsageError(f"the {profile.name} profile runs with fixed settings; remove --fl-unit-timeout")
+        profile = replace(profile, unit_timeout_s=config.getoption("fl_unit_timeout"))
     seed = config.getoption("fl_seed")
     context = Context(plugin, plugin.source.path, profile, seed, config.getoption("fl_run_known_failures"),
                       waiver_path, waivers, device_properties(plugin, 0), kernel_entries(plugin), describe(plugin),

@@ -19,7 +19,8 @@ SUITE_DIR = Path(__file__).resolve().parent / "suites"
 
 
 def pytest_args(library: str, profile: str, seed: int, junit: str | None, json_path: str | None,
-                keyword: str | None, run_known_failures: bool, html_path: str | None = None) -> list[str]:
+                keyword: str | None, run_known_failures: bool, html_path: str | None = None,
+                unit_timeout_s: float | None = None) -> list[str]:
     args = [str(SUITE_DIR / f"suite_{category}.py") for category in CATEGORIES]
     args += ["-p", "conformance.pytest_plugin", "-p", "no:cacheprovider", "-c", os.devnull,
              "--rootdir", str(SUITE_DIR), "-o", "python_files=suite_*.py", "-q", "--tb=short",
@@ -35,18 +36,20 @@ def pytest_args(library: str, profile: str, seed: int, junit: str | None, json_p
         args += ["-k", keyword]
     if run_known_failures:
         args.append("--fl-run-known-failures")
+    if unit_timeout_s is not None:
+        args.append(f"--fl-unit-timeout={unit_timeout_s}")
     return args
 
 
 def run(plugin: str, profile: str = "ci", junit: str | None = None, json_path: str | None = None,
         seed: int | None = None, keyword: str | None = None, run_known_failures: bool = False,
-        html_path: str | None = None) -> int:
+        html_path: str | None = None, unit_timeout_s: float | None = None) -> int:
     """Run the suite; returns the process exit status (pytest's: 0 only when nothing failed)."""
     try:
-        chosen, run_seed = choose(profile, seed, keyword, run_known_failures)
+        chosen, run_seed = choose(profile, seed, keyword, run_known_failures, unit_timeout_s)
         library = resolve(plugin).path
     except (ProfileError, TargetError) as exc:
         print(f"fl-sdk test: {exc}", file=sys.stderr)
         return 2
     return int(pytest.main(pytest_args(library, chosen.name, run_seed, junit, json_path, keyword,
-                                       run_known_failures, html_path)))
+                                       run_known_failures, html_path, unit_timeout_s)))

@@ -23,6 +23,11 @@ class ArgSpec:
     tag: int
     is_tensor: bool
 
+    @property
+    def required(self) -> bool:
+        """No default: every call must pass it."""
+        return self.default is _NO_DEFAULT
+
 
 @dataclass(frozen=True)
 class OpPlan:

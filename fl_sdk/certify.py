@@ -19,6 +19,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from conformance.profiles import PROFILES
 from fl_runtime.certification import FORMAT, Certificate, canonical_bytes, key_id
 
 CERT_PROFILE = "cert"
@@ -84,6 +85,12 @@ def check_report(report: Mapping[str, Any], library_sha256: str) -> None:
     if profile != CERT_PROFILE:
         raise CertifyError(f"the report is from the '{profile}' profile; only a '{CERT_PROFILE}' run earns a "
                            f"certificate (fl-sdk test PLUGIN --profile {CERT_PROFILE} --json FILE)")
+    settings = {k: v for k, v in report["profile"].items() if k != "name"}
+    fixed = {k: v for k, v in vars(PROFILES[CERT_PROFILE]).items() if k != "name"}
+    if settings != fixed:
+        changed = sorted(k for k in fixed.keys() | settings.keys() if settings.get(k) != fixed.get(k))
+        raise CertifyError(f"the report's cert settings differ from this suite's ({', '.join(changed)}); "
+                           "only an unmodified cert run earns a certificate")
     summary = report.get("summary") or {}
     if summary.get("fail", 0) or report.get("exit_status") != 0:
         failed = [t.get("nodeid") for t in report.get("tests", []) if t.get("status") == "fail"][:10]

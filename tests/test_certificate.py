@@ -17,6 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from conformance import SUITE_VERSION
+from conformance.profiles import PROFILES
 from fl_runtime import certification as cert
 from fl_runtime.config import parse_config
 from fl_runtime.errors import ConfigError, PluginLoadError, UncertifiedPluginError
@@ -28,8 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reference_vendor" / "libfl_reference.so"
 
 
-def synthetic_report(sha256: str, profile: str = "cert", fail: int = 0, **overrides) -> dict:
-    """A report shaped like conformance.report's, for a run that passed unless `fail`."""
+def synthetic_report(sha256: str, profile: str = "cert", fail: int = 0, settings: dict | None = None,
+                     **overrides) -> dict:
+    """A report shaped like conformance.report's, for a run that passed unless `fail`
+    (`settings` changes the profile's recorded settings)."""
     tests = [
         {"nodeid": "suite_abi.py::test_entry_symbol", "category": "abi", "op": None, "status": "pass"},
         {"nodeid": "suite_kernels.py::test_numerics[add-float32-precise]", "category": "kernels",
@@ -45,7 +48,7 @@ def synthetic_report(sha256: str, profile: str = "cert", fail: int = 0, **overri
     ]
     report = {
         "suite_version": SUITE_VERSION, "torch_version": cert.installed_torch_version(),
-        "generated_at": "2026-01-01T00:00:00+00:00", "profile": {"name": profile, "fixed": profile == "cert"},
+        "generated_at": "2026-01-01T00:00:00+00:00", "profile": {**vars(PROFILES[profile]), **(settings or {})},
         "seed": 0, "exit_status": 1 if fail else 0,
         "plugin": {"name": "reference", "vendor": "Torch-FL", "version": "0.1.0", "abi_version": "1.0",
                    "path": "/somewhere/libfl_reference.so", "sha256": sha256},
@@ -130,6 +133,7 @@ def test_payload_binds_hash_versions_coverage_and_results(library):
     (dict(sha="0" * 64), "rebuilt since"),
     (dict(sha=""), "does not record the library's sha256"),
     (dict(summary={"total": 0, "fail": 0}), "no passing test"),
+    (dict(settings={"unit_timeout_s": 5.0}), r"cert settings differ from this suite's \(unit_timeout_s\)"),
 ])
 def test_reports_that_do_not_earn_a_certificate_are_refused(library, report_change, message):
     sha = cert.sha256_of(library)

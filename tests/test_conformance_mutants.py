@@ -34,6 +34,8 @@ class Mutant:
     category: str              # where every failure must be
     blamed: set = field(default_factory=set)   # the ops (kernels) or tests the failures must name
     says: str = ""             # a failure message must contain this
+    variant: str = ""          # every failure must be in this kernel variant
+    options: tuple = ()        # more `fl-sdk test` options
 
 
 MUTANTS = [
@@ -101,6 +103,24 @@ MUTANTS = [
            "DEF2_F(l_maximum, NOSETUP, (a != a) ? a : ((b != b) ? b : (a < b ? b : a)))",
            "DEF2_F(l_maximum, NOSETUP, (a < b ? b : a))",
            "maximum or minimum", "kernels", {"maximum"}, "nan"),
+    Mutant("dropout-hangs", "src/kernels_random.c",
+           "    for (int64_t off = 0; off < j->n; off += RNG_BLOCK) {",
+           "    for (int64_t off = 0; off < j->n; off += 0) {",
+           # A short unit timeout keeps the test quick; the hung worker is killed, the rest go on.
+           "native_dropout and float32", "kernels", {"native_dropout"}, "did not finish within 5 s",
+           options=("--unit-timeout", "5")),
+    Mutant("fast-gelu-variant-out-of-tolerance", "src/kernels_activation.c",
+           "    const float t = 1.0f / (1.0f + 0.3275911f * z);",
+           "    const float t = 1.0f / (1.0f + 0.3285911f * z);",   # one digit off: 6x what the fast variant may err
+           "gelu- and float32", "kernels", {"gelu"}, "out of tolerance", variant="fast"),
+    Mutant("dropout-zeroes-a-dropped-nan", "src/kernels_random.c",
+           "            j->y[off + k] = j->x[off + k] * (keep ? j->scale : 0.0);",
+           "            j->y[off + k] = keep ? j->x[off + k] * j->scale : 0.0;",
+           "native_dropout and float32", "kernels", {"native_dropout"}, "expected nan"),
+    Mutant("hardtanh-lets-min-win-crossed-bounds", "src/kernels_activation.c",
+           "#define CLAMP_LO_HI(a, lo, hi) ((a) < (lo) ? ((lo) > (hi) ? (hi) : (lo)) : ((a) > (hi) ? (hi) : (a)))",
+           "#define CLAMP_LO_HI(a, lo, hi) ((a) < (lo) ? (lo) : ((a) > (hi) ? (hi) : (a)))",
+           "(hardtanh- or hardtanh_- or clamp-) and (float32 or int32)", "kernels", {"hardtanh", "hardtanh_"}),
 ]
 
 
@@ -134,7 +154,7 @@ def builds(request, tmp_path_factory) -> dict[str, Future]:
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
 def test_suite_fails_the_mutant_and_blames_it(mutant, builds, tmp_path):
     library = builds[mutant.name].result()
-    result, report, _ = fl_sdk_test(str(library), tmp_path, "-k", mutant.keyword)
+    result, report, _ = fl_sdk_test(str(library), tmp_path, "-k", mutant.keyword, *mutant.options)
     assert result.returncode != 0, f"the suite passed the {mutant.name} mutant:\n{result.stdout[-4000:]}"
     failed = failures(report)
     assert failed, result.stdout[-4000:]
@@ -142,6 +162,8 @@ def test_suite_fails_the_mutant_and_blames_it(mutant, builds, tmp_path):
     blamed = {t["op"] if mutant.category == "kernels" else t["test"] for t in failed}
     assert blamed <= mutant.blamed, f"failures blame {blamed - mutant.blamed}, not only {mutant.blamed}"
     assert all(t["reproducer"] for t in failed)
+    if mutant.variant:
+        assert {t["variant"] for t in failed} == {mutant.variant}
     if mutant.says:
         assert any(mutant.says in t["message"] for t in failed), [t["message"][:300] for t in failed]
     assert any(t["status"] == "pass" for t in report["tests"]), "the neighbours that must pass did not run"

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from conformance import compare, recipes, repro, waivers
+from conformance import compare, opspecs, recipes, repro, waivers
 from conformance.profiles import PROFILES, Profile, ProfileError, choose
 from conformance.tolerances import EXACT, FAST_VARIANT_FACTOR, Tolerance, family, tolerance_for
 
@@ -116,9 +116,13 @@ def test_reproducer_literal_is_python():
 def test_profiles():
     assert choose("ci", None, None, False) == (PROFILES["ci"], 0)
     assert choose("ci", 5, "exp", True)[1] == 5
-    for options in [(1, None, False), (None, "exp", False), (None, None, True)]:
+    assert choose("ci", None, None, False, 5.0)[0].unit_timeout_s == 5.0
+    for options in [(1, None, False, None), (None, "exp", False, None), (None, None, True, None),
+                    (None, None, False, 5.0)]:
         with pytest.raises(ProfileError, match="fixed settings"):
             choose("cert", *options)
+    with pytest.raises(ProfileError, match="positive"):
+        choose("ci", None, None, False, 0.0)
     with pytest.raises(ProfileError):
         choose("fast", None, None, False)
     assert PROFILES["cert"].kernel_examples > PROFILES["ci"].kernel_examples
@@ -449,3 +453,21 @@ def test_the_stream_model_skips_a_kernel_whose_call_the_plugin_declines():
     kernel, declined = _kernel_for_streams(dev)
     assert kernel is not None and kernel.op == "fill_.Scalar"
     assert declined == ["add_.Scalar: launch_kernel: these arguments are not supported"]
+
+
+@pytest.mark.parametrize("op, swept", [("gelu", True), ("sin", True), ("isnan", True), ("relu_", True),
+                                       ("exp", True), ("sum", False), ("add.Tensor", False), ("clamp", False)])
+def test_every_elementwise_unary_kernel_gets_the_16_bit_sweep(op, swept):
+    for dtype in (torch.float16, torch.bfloat16):
+        case = opspecs.sweep_case(op, dtype)
+        assert (case is not None) == swept
+        if swept:
+            assert recipes.materialize(case["args"][0]).numel() == 1 << 16
+    assert opspecs.sweep_case(op, torch.float32) is None
+
+
+def test_index_recipes_can_ask_for_distinct_values():
+    index = recipes.build({"shape": [7], "dtype": "int64", "seed": 3, "scale": 7.0, "unique": True,
+                           "perm": None, "step": [2], "offset": 1})
+    assert sorted(index.tolist()) == list(range(7))
+    assert recipes.materialize([None, {"tensor": {"shape": [2], "dtype": "int64", "seed": 1, "scale": 2.0}}])[0] is None

@@ -15,10 +15,13 @@ def register(subparsers) -> None:
     cmd.add_argument("-k", dest="keyword", metavar="EXPR", help="only tests matching this pytest -k expression")
     cmd.add_argument("--run-known-failures", action="store_true",
                      help="run the tests known_failures.yaml waives (they still count as known failures)")
+    cmd.add_argument("--unit-timeout", type=float, metavar="SECONDS",
+                     help="a kernel silent this long on one dtype is hung and fails (ci default 60; "
+                          "not with --profile cert, which uses 300)")
     cmd.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from conformance.runner import run as run_suite   # imports torch: only for this command
     return run_suite(args.plugin, args.profile, args.junit, args.json, args.seed, args.keyword,
-                     args.run_known_failures, html_path=args.html)
+                     args.run_known_failures, html_path=args.html, unit_timeout_s=args.unit_timeout)
