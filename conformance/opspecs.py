@@ -19,6 +19,7 @@ from fl_runtime import abi
 from fl_runtime.schema import compile_plan
 
 from . import opinfo_cases
+from .nn_specs import NN_GENERATORS
 from . import strategies as s
 from .recipes import DTYPES, NAMES, special_values
 
@@ -28,8 +29,8 @@ Generator = Callable[[s.Draw, torch.dtype, int], tuple[list, dict]]
 @dataclass(frozen=True)
 class OpSpec:
     generate: Generator
-    sweep_16bit: bool = False     # unary float op: also try every float16/bfloat16 bit pattern
     special_grid: bool = False    # binary tensor op: also try every pair of special values
+    with_opinfo: bool = False     # draw OpInfo's samples too (they reach what the recipe does not)
 
 
 def _alpha(draw: s.Draw, dtype: torch.dtype) -> dict:
@@ -152,9 +153,7 @@ def reduce_dims_out(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, 
 def _index(draw: s.Draw, size: int, length: int, unique: bool) -> dict:
     """An int64 index tensor into a dimension of `size`: values in [-size, size), or distinct
     ones in [0, size) when `unique`."""
-    index = s.tensor(draw, [length], torch.int64)
-    index["tensor"].update(scale=float(size), specials=[], unique=unique)
-    return index
+    return s.index_tensor(draw, [length], 0 if unique else -size, size, unique)
 
 
 def index_put(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
@@ -231,10 +230,6 @@ def _inplace_pairs(make: Callable[[bool], Generator], names: list[str], overload
     return table
 
 
-def _sweeping(table: dict) -> dict:
-    return {op: OpSpec(spec.generate, sweep_16bit=True) for op, spec in table.items()}
-
-
 def _gridded(table: dict) -> dict:
     return {op: OpSpec(spec.generate, special_grid=True) for op, spec in table.items()}
 
@@ -248,8 +243,7 @@ OPSPECS: dict[str, OpSpec] = {
     "maximum": OpSpec(binary(), special_grid=True), "minimum": OpSpec(binary(), special_grid=True),
     **{f"{cmp}.Tensor": OpSpec(binary(), special_grid=True) for cmp in ("eq", "ne", "gt", "lt", "ge", "le")},
     **{f"{cmp}.Scalar": OpSpec(binary(scalar_other=True)) for cmp in ("eq", "ne", "gt", "lt", "ge", "le")},
-    **_sweeping(_inplace_pairs(unary, ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sigmoid",
-                                       "tanh", "relu"])),
+    **_inplace_pairs(unary, ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sigmoid", "tanh", "relu"]),
     "pow.Tensor_Scalar": OpSpec(pow_scalar()), "pow_.Scalar": OpSpec(pow_scalar(True)),
     "clamp": OpSpec(clamp()), "clamp_": OpSpec(clamp(True)),
     "where.self": OpSpec(where),
@@ -268,12 +262,14 @@ OPSPECS: dict[str, OpSpec] = {
     **_inplace_pairs(lambda i: binary(i, scalar_other=True), ["clamp_min", "clamp_max"]),
     **_inplace_pairs(hardtanh, ["hardtanh"]), "hardtanh_backward": OpSpec(hardtanh_backward),
     "pow.Scalar": OpSpec(pow_scalar_base), "_index_put_impl_": OpSpec(index_put),
+    **{op: OpSpec(generate, with_opinfo=True) for op, generate in NN_GENERATORS.items()},
 }
 
 
 def cases(op: str, dtype: torch.dtype, mask: int) -> st.SearchStrategy[dict]:
-    """Hypothesis strategy of whole cases for one kernel and dtype: the hand recipe, else
-    OpInfo samples (raises opinfo_cases.NoSource when there are none)."""
+    """Hypothesis strategy of whole cases for one kernel and dtype: the hand recipe (and
+    OpInfo's samples where the spec says so), else OpInfo samples (raises
+    opinfo_cases.NoSource when there are none)."""
     if op not in OPSPECS:
         return opinfo_cases.cases(op, dtype)
     spec = OPSPECS[op]
@@ -283,6 +279,11 @@ def cases(op: str, dtype: torch.dtype, mask: int) -> st.SearchStrategy[dict]:
         args, kwargs = spec.generate(draw, dtype, mask)
         return {"op": op, "dtype": NAMES[dtype], "args": args, "kwargs": kwargs,
                 "shift": s.byte_shift(draw), "out_shift": s.byte_shift(draw)}
+    if spec.with_opinfo:
+        try:
+            return st.one_of(case(), opinfo_cases.cases(op, dtype))   # shrinks towards the recipe
+        except opinfo_cases.NoSource:
+            pass
     return case()
 
 
@@ -325,7 +326,7 @@ def sweep_case(op: str, dtype: torch.dtype) -> dict | None:
     """Every 16-bit input at once, for unary float ops on float16/bfloat16."""
     if dtype not in (torch.float16, torch.bfloat16):
         return None
-    if not (OPSPECS[op].sweep_16bit if op in OPSPECS else elementwise_unary(op)):
+    if not elementwise_unary(op):
         return None
     recipe = {"bits": "all", "dtype": NAMES[dtype], "shape": [1 << 16]}
     return {"op": op, "dtype": NAMES[dtype], "args": [{"tensor": recipe}], "kwargs": {}, "shift": 0,

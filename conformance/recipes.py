@@ -45,10 +45,13 @@ def special_values(dtype: torch.dtype, finite_only: bool = False) -> list:
 
 
 def _values(dtype: torch.dtype, numel: int, seed: int, scale: float, specials: list, finite: bool,
-            unique: bool = False) -> torch.Tensor:
+            index: dict | None = None) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    if unique:   # distinct indices in [0, scale): index_put_ without accumulate has no defined winner otherwise
-        return torch.randperm(int(scale), generator=gen)[:numel].to(dtype)
+    if index is not None:   # an index tensor: values in [low, high), distinct when asked
+        low, high = index["low"], index["high"]
+        if index.get("unique"):   # index_put_ without accumulate has no defined winner among duplicates
+            return (torch.randperm(high - low, generator=gen)[:numel] + low).to(dtype)
+        return torch.randint(low, high, (numel,), generator=gen, dtype=torch.int64).to(dtype)
     if dtype.is_floating_point:
         x = (torch.randn(numel, generator=gen, dtype=torch.float64) * scale).to(dtype)
     elif dtype == torch.bool:
@@ -98,7 +101,7 @@ def build(recipe: dict) -> torch.Tensor:
     storage = _values(dtype, storage_numel, recipe["seed"] + 1, recipe["scale"], [], finite)
     storage.as_strided(held, strides, offset).copy_(
         _values(dtype, math.prod(held), recipe["seed"], recipe["scale"], recipe.get("specials", []),
-                finite, recipe.get("unique", False)).reshape(held))
+                finite, recipe.get("index")).reshape(held))
     expand = set(recipe.get("expand", ()))
     return storage.as_strided(shape, [0 if d in expand else s for d, s in enumerate(strides)], offset)
 

@@ -87,6 +87,13 @@ def tensor(draw: Draw, dims: list[int], dtype: torch.dtype, mutable: bool = Fals
     return {"tensor": recipe}
 
 
+def index_tensor(draw: Draw, dims: list[int], low: int, high: int, unique: bool = False) -> dict:
+    """An int64 tensor of indices (gather/scatter positions, class targets) in [low, high)."""
+    index = tensor(draw, dims, torch.int64)
+    index["tensor"].update(specials=[], index={"low": low, "high": high, "unique": unique})
+    return index
+
+
 def scalar(draw: Draw, dtype: torch.dtype, allow_float: bool = True) -> bool | int | float:
     """A Python scalar argument fitting `dtype` (a float one for integer dtypes, at times)."""
     if dtype == torch.bool:

@@ -467,7 +467,10 @@ def test_every_elementwise_unary_kernel_gets_the_16_bit_sweep(op, swept):
 
 
 def test_index_recipes_can_ask_for_distinct_values():
-    index = recipes.build({"shape": [7], "dtype": "int64", "seed": 3, "scale": 7.0, "unique": True,
-                           "perm": None, "step": [2], "offset": 1})
-    assert sorted(index.tolist()) == list(range(7))
+    index = recipes.build({"shape": [7], "dtype": "int64", "seed": 3, "scale": 1.0, "perm": None, "step": [2],
+                           "offset": 1, "index": {"low": -2, "high": 5, "unique": True}})
+    assert sorted(index.tolist()) == list(range(-2, 5))
+    targets = recipes.build({"shape": [500], "dtype": "int64", "seed": 3, "scale": 1.0,
+                             "index": {"low": 0, "high": 3}})
+    assert set(targets.tolist()) == {0, 1, 2}
     assert recipes.materialize([None, {"tensor": {"shape": [2], "dtype": "int64", "seed": 1, "scale": 2.0}}])[0] is None

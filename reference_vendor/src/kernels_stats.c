@@ -203,8 +203,10 @@ REF_KERNEL(ref_k_argmin) {
         keep_all(in, rmask);
     else
         REF_TRY(ref_reduce_dim_mask(&a, in, 1, rmask));
-    if (ref_numel(in) == 0)
-        return ref_fail(&a, "expected a non-empty input");
+    /* an empty output is fine ([0, 3] over dim 1); a minimum over nothing is not */
+    for (int d = 0; d < in->ndim; ++d)
+        if (rmask[d] && in->sizes[d] == 0)
+            return ref_fail(&a, "cannot take the argmin over dimension %d, which has size 0", d);
     return reduce_rows(&a, in, rmask, out, NULL, row_argmin, NULL);
 }
 
