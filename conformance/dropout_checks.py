@@ -60,24 +60,25 @@ def _mask_problems(what: str, mask: torch.Tensor) -> list[str]:
     return []
 
 
-def _output_problems(what: str, x: torch.Tensor, p: float, y: torch.Tensor, mask: torch.Tensor) -> tuple[list[str], float]:
+def _output_problems(what: str, x: torch.Tensor, p: float, y: torch.Tensor, mask: torch.Tensor) -> list[str]:
     """y against PyTorch CPU's input.mul(mask).mul_(scale) for the kernel's own mask."""
     scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
     want = Reference(x.mul(mask).mul_(scale), x.double().mul(mask).mul_(scale))
     rule = tolerance_for("native_dropout", x.dtype)
     verdict = judge(y, rule, want)
-    message = [] if verdict.ok else [f"{what}: output {verdict.bad} element(s) out of tolerance "
-                                     f"({rule.describe()}) for input * mask * {scale:g}; {verdict.detail}"]
-    return message, verdict.ratio
+    if verdict.ok:
+        return []
+    return [(f"{what}: output {verdict.bad} element(s) out of tolerance ({rule.describe()}) "
+             f"for input * mask * {scale:g}; {verdict.detail}")]
 
 
 def _kept_fraction(what: str, mask: torch.Tensor, p: float) -> tuple[list[str], float]:
     n = mask.numel()
     kept = float(mask.double().mean())
     z = abs(kept - (1 - p)) / math.sqrt(p * (1 - p) / n)
-    message = [f"{what}: kept fraction {kept:.4f}, {z:.1f} standard errors from {1 - p:g} "
-               f"(bound {Z_BOUND:g})"] if z > Z_BOUND else []
-    return message, z
+    if z <= Z_BOUND:
+        return [], z
+    return [f"{what}: kept fraction {kept:.4f}, {z:.1f} standard errors from {1 - p:g} (bound {Z_BOUND:g})"], z
 
 
 def _check_probability(run: _Runner, dtype: str, p: float) -> tuple[list[str], float]:
@@ -89,7 +90,7 @@ def _check_probability(run: _Runner, dtype: str, p: float) -> tuple[list[str], f
         return problems, math.inf
     found, z = _kept_fraction(what, mask, p)
     problems += found
-    problems += _output_problems(what, x, p, y, mask)[0]
+    problems += _output_problems(what, x, p, y, mask)
     _, again = run(x, p)
     if torch.equal(again, mask):
         problems.append(f"{what}: two calls drew the same mask (the generator does not advance)")
@@ -106,7 +107,7 @@ def _check_edges(run: _Runner, dtype: str) -> list[str]:
         if mask.dtype == torch.bool and not bool((mask == all_kept).all()):
             problems.append(f"{what}: the mask should be all {all_kept}")
         effective_p = p if train else 0.0   # evaluation: the identity, unscaled
-        problems += _output_problems(what, x, effective_p, y, torch.full_like(mask, all_kept, dtype=torch.bool))[0]
+        problems += _output_problems(what, x, effective_p, y, torch.full_like(mask, all_kept, dtype=torch.bool))
     return problems
 
 
@@ -115,7 +116,7 @@ def _check_layouts(run: _Runner, dtype: str) -> list[str]:
     for what, shape, layout in _LAYOUTS:
         x = _input(dtype, shape, **layout)
         y, mask = run(x, 0.5)
-        problems += _mask_problems(f"{what} input", mask) or _output_problems(f"{what} input", x, 0.5, y, mask)[0]
+        problems += _mask_problems(f"{what} input", mask) or _output_problems(f"{what} input", x, 0.5, y, mask)
     return problems
 
 
