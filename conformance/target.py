@@ -28,6 +28,9 @@ def resolve(plugin: str) -> PluginSource:
     sources = discover_sources()
     for source in sources:
         if source.name == plugin:
+            if not Path(source.path).is_file():   # installed, but its library was never built (or removed)
+                raise TargetError(f"plugin '{plugin}' ({source.origin}) points at {source.path}, which does not "
+                                  "exist; build it first (fl-sdk build DIRECTORY)")
             return source
     known = ", ".join(s.name for s in sources) or "none"
     raise TargetError(f"no installed plugin named '{plugin}' (installed: {known}); "

@@ -474,3 +474,13 @@ def test_index_recipes_can_ask_for_distinct_values():
                              "index": {"low": 0, "high": 3}})
     assert set(targets.tolist()) == {0, 1, 2}
     assert recipes.materialize([None, {"tensor": {"shape": [2], "dtype": "int64", "seed": 1, "scale": 2.0}}])[0] is None
+
+
+def test_an_installed_plugin_whose_library_is_missing_is_a_clear_error(monkeypatch, tmp_path):
+    from conformance.target import TargetError, resolve
+
+    missing = tmp_path / "libfl_ghost.so"
+    monkeypatch.setenv("TORCH_FL_DISABLE_ENTRY_POINTS", "1")
+    monkeypatch.setenv("TORCH_FL_PLUGINS", str(missing))
+    with pytest.raises(TargetError, match=r"plugin 'libfl_ghost' \(TORCH_FL_PLUGINS\) points at .*does not exist; build"):
+        resolve("libfl_ghost")
