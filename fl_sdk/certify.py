@@ -22,7 +22,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from conformance.profiles import PROFILES
 from fl_runtime.certification import FORMAT, Certificate, canonical_bytes, key_id
 
+from .passphrase import where_to_give_it
+
 CERT_PROFILE = "cert"
+_ENCRYPTED_PEM = b"-----BEGIN ENCRYPTED PRIVATE KEY-----"
 _PRIVATE_MODE = 0o600
 
 
@@ -31,9 +34,11 @@ class CertifyError(RuntimeError):
 
 
 # -- keys ----------------------------------------------------------------------
-def generate_key(path: str | Path, overwrite: bool = False) -> tuple[Path, Path, str]:
-    """Write a new Ed25519 private key (PEM, mode 0600) at `path` and its public key
-    at `path`.pub; returns (private path, public path, key id)."""
+def generate_key(path: str | Path, overwrite: bool = False,
+                 passphrase: bytes | None = None) -> tuple[Path, Path, str]:
+    """Write a new Ed25519 private key (PEM, mode 0600; encrypted with `passphrase` when
+    given) at `path` and its public key at `path`.pub; returns (private path, public path,
+    key id)."""
     private_path, public_path = Path(path), Path(str(path) + ".pub")
     if not overwrite:
         for existing in (private_path, public_path):
@@ -41,8 +46,9 @@ def generate_key(path: str | Path, overwrite: bool = False) -> tuple[Path, Path,
                 raise CertifyError(f"{existing} already exists; pass --force to replace the key "
                                    "(certificates it signed will no longer verify against a new key)")
     key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
+    encryption = (serialization.BestAvailableEncryption(passphrase) if passphrase
+                  else serialization.NoEncryption())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
     _write_private(private_path, pem)
     public = key.public_key()
     public_path.write_bytes(public.public_bytes(serialization.Encoding.PEM,
@@ -58,8 +64,17 @@ def _write_private(path: Path, data: bytes) -> None:
         handle.write(data)
 
 
-def load_private_key(path: str | Path) -> Ed25519PrivateKey:
-    """The certifier's key; refused when others may read it (as ssh does)."""
+def key_is_encrypted(path: str | Path) -> bool:
+    """Does the PEM file at `path` hold a passphrase-protected (PKCS#8 encrypted) key?"""
+    try:
+        return _ENCRYPTED_PEM in Path(path).read_bytes()
+    except OSError:
+        return False   # load_private_key says why it cannot be read
+
+
+def load_private_key(path: str | Path, passphrase: bytes | None = None) -> Ed25519PrivateKey:
+    """The certifier's key (decrypted with `passphrase` if it is encrypted); refused when
+    others may read it (as ssh does)."""
     path = Path(path)
     try:
         mode = path.stat().st_mode & 0o777
@@ -68,10 +83,15 @@ def load_private_key(path: str | Path) -> Ed25519PrivateKey:
         raise CertifyError(f"cannot read private key {path}: {exc}; create one with `fl-sdk keygen`") from exc
     if mode & 0o077:
         raise CertifyError(f"private key {path} is readable by others (mode {mode:o}): chmod 600 {path}")
+    encrypted = _ENCRYPTED_PEM in data
+    if encrypted and not passphrase:
+        raise CertifyError(f"private key {path} is encrypted: give its passphrase with {where_to_give_it()}")
     try:
-        key = serialization.load_pem_private_key(data, password=None)
+        key = serialization.load_pem_private_key(data, password=passphrase if encrypted else None)
     except (ValueError, TypeError) as exc:
-        raise CertifyError(f"{path} is not an unencrypted PEM private key: {exc}") from exc
+        if encrypted:
+            raise CertifyError(f"wrong passphrase for private key {path}") from exc
+        raise CertifyError(f"{path} is not a PEM private key: {exc}") from exc
     if not isinstance(key, Ed25519PrivateKey):
         raise CertifyError(f"{path} holds a {type(key).__name__}; certificates need an Ed25519 key "
                            "(`fl-sdk keygen`)")
@@ -168,7 +188,7 @@ def write_certificate(certificate: Certificate, path: str | Path) -> Path:
 
 
 def certify_report(report: Mapping[str, Any], library_path: str | Path, library_sha256: str,
-                   key_path: str | Path, out: str | Path) -> Path:
+                   key_path: str | Path, out: str | Path, passphrase: bytes | None = None) -> Path:
     """Check the report, sign its payload with the key at `key_path`, write `out`."""
-    key = load_private_key(key_path)
+    key = load_private_key(key_path, passphrase)
     return write_certificate(sign(build_payload(report, library_path, library_sha256), key), out)

@@ -77,11 +77,11 @@ def keys(tmp_path: Path) -> dict:
     return {"private": private, "public": public, "id": kid, "trusted": cert.trust_store([str(public)])}
 
 
-def issue(library: Path, key_path: Path, **report_overrides) -> Path:
+def issue(library: Path, key_path: Path, passphrase: bytes | None = None, **report_overrides) -> Path:
     """Sign a certificate for `library` at its conventional place."""
     sha = cert.sha256_of(library)
     return certify.certify_report(synthetic_report(sha, **report_overrides), library, sha, key_path,
-                                  cert.default_certificate_path(library))
+                                  cert.default_certificate_path(library), passphrase)
 
 
 def rewrite(path: Path, change) -> None:
@@ -112,6 +112,18 @@ def test_raw_public_key_bytes_are_accepted(keys, tmp_path):
     (tmp_path / "junk.pub").write_text("not a key")
     with pytest.raises(ConfigError, match=r"certification.trusted_keys\[0\].*junk.pub"):
         cert.trust_store([str(tmp_path / "junk.pub")])
+
+
+def test_an_encrypted_key_needs_its_passphrase(tmp_path, library):
+    private, public, _ = certify.generate_key(tmp_path / "locked.key", passphrase=b"correct horse")
+    assert b"ENCRYPTED PRIVATE KEY" in private.read_bytes() and certify.key_is_encrypted(private)
+    with pytest.raises(certify.CertifyError, match="is encrypted: give its passphrase with --passphrase-file"):
+        certify.load_private_key(private)
+    with pytest.raises(certify.CertifyError, match="wrong passphrase"):
+        certify.load_private_key(private, b"battery staple")
+    out = issue(library, private, b"correct horse")
+    status = cert.verify_certificate(out, library, cert.trust_store([str(public)]))
+    assert status.certified, status.reason
 
 
 # -- payload -------------------------------------------------------------------
@@ -223,6 +235,28 @@ def test_cli_certify_from_report_then_verify(library, keys, tmp_path, capsys):
     _flip_a_byte(library, out, keys)
     assert fl_sdk_main(verify) == 1
     assert "NOT CERTIFIED (hash_mismatch)" in capsys.readouterr().err
+
+
+def test_cli_encrypted_key_from_the_environment_or_a_file(library, tmp_path, monkeypatch, capsys):
+    key = tmp_path / "locked.key"
+    monkeypatch.setenv("FL_SDK_KEY_PASSPHRASE", "from the environment")
+    assert fl_sdk_main(["keygen", str(key), "--encrypt"]) == 0
+    assert "encrypted with your passphrase" in capsys.readouterr().out
+    report = tmp_path / "good.json"
+    report.write_text(json.dumps(synthetic_report(cert.sha256_of(library))))
+    certify_cmd = ["certify", str(library), "--key", str(key), "--report", str(report)]
+    assert fl_sdk_main(certify_cmd) == 0                         # passphrase from the environment
+    monkeypatch.delenv("FL_SDK_KEY_PASSPHRASE")
+    assert fl_sdk_main(certify_cmd) == 1                         # none at all (stdin is no terminal here)
+    assert "is encrypted: give its passphrase" in capsys.readouterr().err
+    secret = tmp_path / "passphrase"
+    secret.write_text("from the environment\n")                 # a trailing newline is not part of it
+    assert fl_sdk_main(certify_cmd + ["--passphrase-file", str(secret)]) == 0
+    secret.write_text("wrong")
+    assert fl_sdk_main(certify_cmd + ["--passphrase-file", str(secret)]) == 1
+    assert "wrong passphrase" in capsys.readouterr().err
+    assert fl_sdk_main(["keygen", str(tmp_path / "other.key"), "--encrypt"]) == 1
+    assert "--encrypt needs a passphrase" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("report_change, message", [(dict(profile="ci"), "'ci' profile"),

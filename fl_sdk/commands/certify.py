@@ -17,6 +17,8 @@ def register(subparsers) -> None:
     cmd.add_argument("--report", metavar="JSON", help="sign this existing cert-profile JSON report instead of "
                      "running the suite")
     cmd.add_argument("--json", metavar="FILE", help="keep the JSON report of the run here")
+    cmd.add_argument("--passphrase-file", metavar="FILE",
+                     help="passphrase of an encrypted key (else $FL_SDK_KEY_PASSPHRASE, else a prompt)")
     cmd.set_defaults(handler=run)
 
 
@@ -24,14 +26,23 @@ def run(args: argparse.Namespace) -> int:
     from conformance.target import TargetError, resolve
     from fl_runtime.certification import default_certificate_path, sha256_of
 
-    from ..certify import CertifyError, certify_report, load_private_key
+    from ..certify import (
+        CertifyError,
+        certify_report,
+        key_is_encrypted,
+        load_private_key,
+    )
+    from ..passphrase import PassphraseError, read_passphrase
     try:
         library = resolve(args.plugin).path
-        load_private_key(args.key)       # a bad key should fail now, not after a 5-minute run
+        passphrase = (read_passphrase(args.passphrase_file, f"passphrase for {args.key}: ")
+                      if key_is_encrypted(args.key) else None)
+        load_private_key(args.key, passphrase)   # a bad key should fail now, not after a 15-minute run
         sha256 = sha256_of(library)
         report = _read_report(args.report) if args.report else _run_cert_profile(library, sha256, args.json)
-        out = certify_report(report, library, sha256, args.key, args.out or default_certificate_path(library))
-    except (TargetError, CertifyError, OSError) as exc:
+        out = certify_report(report, library, sha256, args.key, args.out or default_certificate_path(library),
+                             passphrase)
+    except (TargetError, CertifyError, PassphraseError, OSError) as exc:
         print(f"fl-sdk certify: {exc}", file=sys.stderr)
         return 1
     print(f"certificate for {library} (sha256 {sha256}) written to {out}")
