@@ -2,7 +2,8 @@
 
 Their arguments hang together (a weight's channels divide the input's, a
 gradient has the forward output's shape, a class target lies below the class
-count), which OpInfo samples respect but do not vary: these generators draw
+count, max-pool indices are what the forward returned: conformance.recipes.derive),
+which OpInfo samples respect but do not vary: these generators draw
 the geometry (batch, channels, groups, kernel, stride, padding, dilation,
 ceil mode) and then layouts and values like every other recipe.  The
 kernel-table entries in conformance.opspecs also keep OpInfo's samples
@@ -98,6 +99,16 @@ def max_pool2d(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]
     return [x, g["kernel"], g["stride"], g["padding"], g["dilation"], g["ceil_mode"]], {}
 
 
+def max_pool2d_backward(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    """(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices), the
+    indices being what the forward returns for self (conformance.recipes.derive)."""
+    g = _pool_geometry(draw, dilation=True)
+    x, out = _pool_input(draw, dtype, g)
+    options = [g["kernel"], g["stride"], g["padding"], g["dilation"], g["ceil_mode"]]
+    indices = {"derived": {"op": "max_pool2d_with_indices", "args": [x, *options], "output": 1}}
+    return [s.tensor(draw, out, dtype), x, *options, indices], {}
+
+
 def _avg_pool_options(draw: s.Draw, g: dict) -> list:
     """kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override."""
     return [g["kernel"], g["stride"], g["padding"], g["ceil_mode"], draw(st.booleans()),
@@ -141,6 +152,7 @@ def nll_loss_backward(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list
 
 NN_GENERATORS = {
     "convolution": convolution, "convolution_backward": convolution_backward,
-    "max_pool2d_with_indices": max_pool2d, "avg_pool2d": avg_pool2d, "avg_pool2d_backward": avg_pool2d_backward,
+    "max_pool2d_with_indices": max_pool2d, "max_pool2d_with_indices_backward": max_pool2d_backward,
+    "avg_pool2d": avg_pool2d, "avg_pool2d_backward": avg_pool2d_backward,
     "nll_loss_forward": nll_loss_forward, "nll_loss_backward": nll_loss_backward,
 }

@@ -128,11 +128,23 @@ def plant(t: torch.Tensor, specials: list) -> torch.Tensor:
     return out
 
 
+def derive(recipe: dict) -> torch.Tensor:
+    """An input another op computes from the case's own inputs, on the CPU: the `indices`
+    max_pool2d_with_indices_backward needs are those its forward returned for that input,
+    which no value recipe can draw.  {"op": ATen overload, "args": case values, "output": k}."""
+    from fl_runtime.schema import op_overload   # schema imports torch ops; only cases that derive need it
+    result = op_overload(recipe["op"])(*[materialize(v) for v in recipe["args"]])
+    return result[recipe["output"]] if isinstance(result, (tuple, list)) else result
+
+
 def materialize(value: object) -> object:
-    """A case value -> what the kernel gets: tensors from recipes, dtypes from names."""
+    """A case value -> what the kernel gets: tensors from recipes (built or derived),
+    dtypes from names."""
     if isinstance(value, dict):
         if "tensor" in value:
             return build(value["tensor"])
+        if "derived" in value:
+            return derive(value["derived"])
         if "dtype" in value:
             return DTYPES[value["dtype"]]
         raise ValueError(f"unknown case value {value!r}")

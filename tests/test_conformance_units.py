@@ -484,3 +484,11 @@ def test_an_installed_plugin_whose_library_is_missing_is_a_clear_error(monkeypat
     monkeypatch.setenv("TORCH_FL_PLUGINS", str(missing))
     with pytest.raises(TargetError, match=r"plugin 'libfl_ghost' \(TORCH_FL_PLUGINS\) points at .*does not exist; build"):
         resolve("libfl_ghost")
+
+
+def test_derived_inputs_are_what_the_op_gives_for_the_case_inputs():
+    x = {"tensor": {"shape": [1, 4, 4], "dtype": "float32", "seed": 5, "scale": 1.0}}
+    derived = {"derived": {"op": "max_pool2d_with_indices", "args": [x, [2, 2], [], [0, 0], [1, 1], False],
+                           "output": 1}}
+    want = torch.ops.aten.max_pool2d_with_indices(recipes.materialize(x), [2, 2])[1]
+    assert torch.equal(recipes.materialize(derived), want)
