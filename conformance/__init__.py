@@ -9,7 +9,7 @@ end to end), isolation (kernel checks in worker processes), statuses/waivers
 (pass, fail, not_supported, known_failure, untested), profiles, report (JSON),
 pytest_plugin (glue to pytest) and suites/ (one module per category).
 """
-SUITE_VERSION = "0.1.0"
+from fl_runtime.version import CONFORMANCE_SUITE_VERSION as SUITE_VERSION  # noqa: F401 (one place)
 
 # The report's categories, one suite module each (conformance/suites/suite_<name>.py).
 CATEGORIES = ("abi", "memory", "streams", "kernels", "robustness")

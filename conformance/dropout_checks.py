@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from fl_runtime.schema import compile_plan
+from fl_runtime.ops.schema import compile_plan
 
 from .compare import Reference, judge
 from .harness import CallFailed, Device, KernelEntry, call_kernel, storage_bytes

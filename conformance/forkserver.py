@@ -7,13 +7,15 @@ memory mapping with every worker) and forks one worker per request.
 multiprocessing's own fork server would do, but it re-imports the caller's
 __main__ script, which a vendor's unguarded script cannot survive.
 
-Protocol, one JSON object per line: the client writes {"id": n, "args": [...]}
-(conformance.isolation.worker's arguments); the server answers
+Protocol, one JSON object per line: the client writes {"id": n, "target":
+"module:function", "args": [...]} (the function a worker runs, and its
+arguments; the server imports it by name, so it depends on no caller); the server answers
 {"id": n, "pid": p} at once and {"id": n, "exit": code} when the worker ends
 (code < 0: killed by that signal).
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import select
@@ -24,7 +26,8 @@ import sys
 class ForkServer:
     """Client side: start the server, spawn workers, collect their exits."""
 
-    def __init__(self) -> None:
+    def __init__(self, target: str) -> None:
+        self.target = target              # "module:function" every worker runs
         env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self.process = subprocess.Popen([sys.executable, "-m", "conformance.forkserver"], env=env,
@@ -36,7 +39,7 @@ class ForkServer:
 
     def spawn(self, args: list) -> int:
         self._next += 1
-        self.process.stdin.write(json.dumps({"id": self._next, "args": args}) + "\n")
+        self.process.stdin.write(json.dumps({"id": self._next, "target": self.target, "args": args}) + "\n")
         self.process.stdin.flush()
         while self._next not in self._spawned:
             self._read_line(timeout=None)
@@ -113,7 +116,7 @@ def _serve() -> None:
                 request = json.loads(line)
                 pid = os.fork()
                 if pid == 0:
-                    _child(request["args"])
+                    _child(request["target"], request["args"])
                 children[pid] = request["id"]
                 out.write(json.dumps({"id": request["id"], "pid": pid}) + "\n")
                 out.flush()
@@ -125,13 +128,13 @@ def _serve() -> None:
             out.flush()
 
 
-def _child(args: list) -> None:
+def _child(target: str, args: list) -> None:
     """In the forked worker: never return into the server loop."""
     code = 1
     try:
         os.dup2(2, 1)            # the worker's prints must not mix with the protocol
-        from .isolation import worker
-        worker(*args)
+        module, _, function = target.partition(":")
+        getattr(importlib.import_module(module), function)(*args)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1

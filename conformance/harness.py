@@ -20,10 +20,11 @@ import torch
 
 from fl_runtime import abi
 from fl_runtime.abi import ffi
-from fl_runtime.loader import Plugin
-from fl_runtime.schema import (TAG_BOOL_LIST, TAG_FLOAT_LIST, TAG_GENERATOR, TAG_INT_LIST, TAG_TENSOR_LIST,
-                               TAG_VALUE, OpPlan)
-from fl_runtime.storage import storage_nbytes
+from fl_runtime.plugins.loader import Plugin
+from fl_runtime.abi import convention
+from fl_runtime.abi.convention import TAG_GENERATOR
+from fl_runtime.ops.schema import OpPlan
+from fl_runtime.devices.storage import storage_nbytes
 
 from .target import device_properties
 
@@ -184,66 +185,24 @@ class DeviceTensor:
     shape: tuple
     strides: tuple
 
-    def struct(self, keep: list) -> object:
-        sizes, strides = ffi.new("int64_t[]", list(self.shape) or [0]), ffi.new("int64_t[]", list(self.strides) or [0])
-        struct = ffi.new("fl_tensor*", {"struct_size": ffi.sizeof("fl_tensor"), "base": self.base,
-                                        "byte_offset": self.byte_offset, "dtype": abi.DTYPE_TO_FL[self.dtype],
-                                        "ndim": len(self.shape), "sizes": sizes, "strides": strides})
-        keep += [sizes, strides, struct]
-        return struct
 
-
-class _Marshal:
-    """Builds the fl_arg array; keeps every cffi object alive until launch_kernel returns."""
-
-    def __init__(self, count: int) -> None:
-        self.args = ffi.new("fl_arg[]", max(count, 1))
-        self.keep: list = []
-
-    def put(self, slot: int, value, tag: int) -> None:
-        arg = self.args[slot]
-        if value is None or isinstance(value, (torch.device, torch.layout, torch.memory_format)):
-            arg.kind = abi.ARG_NONE
-        elif isinstance(value, DeviceTensor):
-            arg.kind, arg.value.tensor = abi.ARG_TENSOR, value.struct(self.keep)
-        elif tag == TAG_TENSOR_LIST:
-            pointers = ffi.new("fl_tensor*[]", [ffi.NULL if t is None else t.struct(self.keep) for t in value])
-            self.keep.append(pointers)
-            arg.kind, arg.count, arg.value.tensors = abi.ARG_TENSOR_LIST, len(value), pointers
-        elif tag in (TAG_INT_LIST, TAG_BOOL_LIST, TAG_FLOAT_LIST, TAG_GENERATOR):   # a generator: {seed, offset}
-            items = [value] if isinstance(value, (int, float)) else list(value)
-            array = ffi.new("double[]" if tag == TAG_FLOAT_LIST else "int64_t[]", items or [0])
-            self.keep.append(array)
-            arg.count = len(items)
-            if tag == TAG_FLOAT_LIST:
-                arg.kind, arg.value.floats = abi.ARG_FLOAT_LIST, array
-            else:
-                arg.kind, arg.value.ints = abi.ARG_BOOL_LIST if tag == TAG_BOOL_LIST else abi.ARG_INT_LIST, array
-        elif isinstance(value, torch.dtype):
-            arg.kind, arg.value.i = abi.ARG_INT, abi.DTYPE_TO_FL[value]
-        elif isinstance(value, bool):
-            arg.kind, arg.value.i = abi.ARG_BOOL, int(value)
-        elif isinstance(value, int):
-            arg.kind, arg.value.i = abi.ARG_INT, value
-        elif isinstance(value, float):
-            arg.kind, arg.value.f = abi.ARG_FLOAT, value
-        elif isinstance(value, str):
-            encoded = ffi.new("char[]", value.encode())
-            self.keep.append(encoded)
-            arg.kind, arg.value.str = abi.ARG_STRING, encoded
-        else:
-            raise TypeError(f"the harness cannot pass {type(value).__name__} {value!r} to a kernel")
+def _device_tensor_writer(arena):
+    """The calling convention's tensor writer for DeviceTensors (fl_runtime.abi.convention)."""
+    def tensor(value):
+        if not isinstance(value, DeviceTensor):
+            return None
+        return convention.put_tensor(arena, value.base, value.byte_offset, value.dtype, value.shape, value.strides)
+    return tensor
 
 
 def launch(dev: Device, stream, entry: KernelEntry, plan: OpPlan, values: list,
            outputs: list[DeviceTensor | None]) -> None:
-    """Enqueue one kernel: schema values (DeviceTensors, scalars, lists), then the outputs."""
-    marshal = _Marshal(len(values) + len(outputs))
-    for slot, (spec, value) in enumerate(zip(plan.args, values)):
-        marshal.put(slot, value, spec.tag)
-    for j, out in enumerate(outputs):
-        marshal.put(len(values) + j, out, TAG_VALUE)
-    status = dev.api.launch_kernel(stream, entry.pointer, marshal.args, len(values) + len(outputs))
+    """Enqueue one kernel: schema values (DeviceTensors, scalars, lists), then the outputs,
+    encoded by the runtime's own calling-convention writers."""
+    tagged = [(spec.tag, value) for spec, value in zip(plan.args, values)]
+    tagged += [(convention.TAG_VALUE, out) for out in outputs]
+    arena = convention.encode_call(tagged, _device_tensor_writer)
+    status = dev.api.launch_kernel(stream, entry.pointer, arena.args, len(tagged))
     if status == abi.ERROR_NOT_SUPPORTED:
         raise Declined(f"launch_kernel({entry.op})", status, dev.message())
     dev.check(status, f"launch_kernel({entry.op})")

@@ -63,7 +63,7 @@ def worker(library: str, job: dict, profile: dict, run_seed: int, log_path: str,
         try:
             import torch
 
-            from fl_runtime.loader import PluginSource, load_plugin
+            from fl_runtime.plugins.loader import PluginSource, load_plugin
 
             from .harness import Device, kernel_entries
             from .kernel_checks import run_unit
@@ -139,7 +139,7 @@ class KernelWorkers:
     # -- process management -------------------------------------------------------
     def _start(self, job: Job) -> None:
         if self._server is None:
-            self._server = ForkServer()
+            self._server = ForkServer(f"{__name__}:worker")
         self._started += 1
         log = self.workdir / f"{self._started}.log"
         progress = log.with_suffix(".case")

@@ -16,7 +16,7 @@ from hypothesis.errors import Unsatisfiable, UnsatisfiedAssumption
 
 from fl_runtime import abi
 from fl_runtime.abi import ffi
-from fl_runtime.schema import compile_plan
+from fl_runtime.ops.schema import compile_plan
 
 from . import random_checks, statuses
 from .harness import STATUS, CallFailed, Declined, Device, KernelEntry, status_name

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fl_runtime.schema import OpPlan, compile_plan
+from fl_runtime.ops.schema import OpPlan, compile_plan
 
 from . import opinfo_cases
 from .compare import Reference, judge

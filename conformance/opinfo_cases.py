@@ -30,7 +30,7 @@ import torch
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fl_runtime.schema import compile_plan
+from fl_runtime.ops.schema import compile_plan
 
 from . import strategies as s
 from .recipes import DTYPES, NAMES, plant, relayout, special_values

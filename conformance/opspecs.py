@@ -16,7 +16,7 @@ import torch
 from hypothesis import strategies as st
 
 from fl_runtime import abi
-from fl_runtime.schema import compile_plan
+from fl_runtime.ops.schema import compile_plan
 
 from . import opinfo_cases
 from .nn_specs import NN_GENERATORS

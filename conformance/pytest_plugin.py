@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from fl_runtime.loader import Plugin
+from fl_runtime.plugins.loader import Plugin
 
 from . import waivers as waiver_file
 from .harness import Device, KernelEntry, kernel_entries

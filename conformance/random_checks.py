@@ -27,7 +27,8 @@ from typing import Callable
 
 import torch
 
-from fl_runtime.schema import TAG_GENERATOR, compile_plan
+from fl_runtime.abi.convention import TAG_GENERATOR
+from fl_runtime.ops.schema import compile_plan
 
 from . import dropout_checks
 from .harness import CallFailed, Device, KernelEntry, call_kernel, storage_bytes

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from fl_runtime.storage import contiguous_strides
+from fl_runtime.devices.storage import contiguous_strides
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
@@ -132,7 +132,7 @@ def derive(recipe: dict) -> torch.Tensor:
     """An input another op computes from the case's own inputs, on the CPU: the `indices`
     max_pool2d_with_indices_backward needs are those its forward returned for that input,
     which no value recipe can draw.  {"op": ATen overload, "args": case values, "output": k}."""
-    from fl_runtime.schema import op_overload   # schema imports torch ops; only cases that derive need it
+    from fl_runtime.ops.schema import op_overload   # schema imports torch ops; only cases that derive need it
     result = op_overload(recipe["op"])(*[materialize(v) for v in recipe["args"]])
     return result[recipe["output"]] if isinstance(result, (tuple, list)) else result
 

@@ -59,7 +59,7 @@ def replay(library: str, case: dict, variant: str = "precise", device: int = 0) 
     from .harness import Declined, Device, kernel_entries
     from .numerics import check_case, schema_values
     from .target import load
-    from fl_runtime.schema import compile_plan
+    from fl_runtime.ops.schema import compile_plan
 
     plugin = load(library)
     entry = next((e for e in kernel_entries(plugin) if e.op == case["op"] and e.variant_name == variant), None)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fl_runtime import abi
 from fl_runtime.abi import ffi
-from fl_runtime.loader import Plugin, PluginSource, discover_sources, load_plugin
+from fl_runtime.plugins.loader import Plugin, PluginSource, discover_sources, load_plugin
 
 
 class TargetError(RuntimeError):

@@ -4,52 +4,52 @@
     torch_fl.list_devices()
     x = torch.randn(1000, 1000, device="fl:0")
 
-Importing this package checks the PyTorch version, reads the config, loads the
-vendor plugins and registers the `fl` device with PyTorch.  A failure there is
-kept, not raised, so that PyTorch's autoload (which imports this package
-inside `import torch`) never breaks `import torch`; `import torch_fl` and every
-call below raise it.
+The runtime starts once per process (fl_runtime.integration.process): PyTorch's
+autoload does it inside `import torch`, `import torch_fl` does it and raises
+what went wrong, and every call below starts it when needed.  Importing this
+package (or one of its modules, as the conformance suite does) starts nothing.
+The layers and what each may import: README, "Architecture".
 """
 from __future__ import annotations
 
-from . import op_stats
-from .diagnostics import remember_recent_log   # before init: doctor shows start-up warnings
-from .coverage import CoverageReport, coverage
-from .profiler import Profile, profile
-from .errors import (ConfigError, DeviceNotFoundError, UnsupportedDtypeError, FLError, FLOutOfMemoryError,
-                     IncompatibleABIError, PluginLoadError, TorchVersionError, UncertifiedPluginError,
-                     UnsupportedOpError, VendorError)
-from .runtime import Runtime
-from .storage import last_hidden_error
-from .torch_compat import check_torch_version
-from .version import __version__
+from fl_runtime.errors import (
+    ConfigError,
+    DeviceNotFoundError,
+    FLError,
+    FLOutOfMemoryError,
+    IncompatibleABIError,
+    PluginLoadError,
+    TorchVersionError,
+    UncertifiedPluginError,
+    UnsupportedDtypeError,
+    UnsupportedOpError,
+    VendorError,
+)
+from fl_runtime.integration import process
+from fl_runtime.runtime import Runtime
+from fl_runtime.tools import op_stats
+from fl_runtime.tools.coverage import CoverageReport, coverage
+from fl_runtime.tools.diagnostics import remember_recent_log
+from fl_runtime.tools.profiler import Profile, profile, start_from_env
+from fl_runtime.version import __version__
 
-_runtime: Runtime | None = None
-startup_error: Exception | None = None
-remember_recent_log()
+remember_recent_log()      # before start-up: doctor shows start-up warnings
+start_from_env()           # TORCH_FL_PROFILE=path profiles the whole process (README, "Profiler")
 
 
 def init() -> Runtime:
-    """Start the runtime once per process (import does this); returns it."""
-    global _runtime, startup_error
-    if _runtime is None:
-        from .backend import install
-        try:
-            check_torch_version()
-            runtime = Runtime()
-            install(runtime)
-        except Exception as exc:
-            startup_error = exc
-            raise
-        startup_error = None
-        _runtime = runtime
-        from .profiler import start_from_env
-        start_from_env()          # TORCH_FL_PROFILE=path profiles the whole process
-    return _runtime
+    """Start the runtime once per process (import torch_fl does this); returns it."""
+    return process.start()
 
 
 def runtime() -> Runtime:
-    return init()
+    return process.start()
+
+
+def __getattr__(name: str):
+    if name == "startup_error":      # what the last start-up attempt raised, or None
+        return process.startup_error
+    raise AttributeError(f"module 'fl_runtime' has no attribute {name!r}")
 
 
 def list_devices() -> list[dict]:
@@ -71,6 +71,12 @@ def synchronize(device: int | None = None) -> None:
     init().synchronize(device)
 
 
+def last_hidden_error() -> BaseException | None:
+    """The exception a tensor freed during its unwinding hid (README, "Status and known limits")."""
+    from fl_runtime.devices.storage import last_hidden_error as hidden
+    return hidden()
+
+
 def plugin_certifications() -> list[dict]:
     """One dict per plugin library (plugin, path, loaded, certified, code, reason, key_id),
     loaded ones and those refused for want of a certificate; `Plugin.certification` has the rest."""
@@ -82,11 +88,6 @@ def plugin_certifications() -> list[dict]:
              "code": status.code, "reason": status.reason, "key_id": status.key_id}
             for name, path, loaded, status in entries]
 
-
-try:
-    init()
-except Exception:  # kept in startup_error; raised again by torch_fl and by every call above
-    pass
 
 __all__ = ["__version__", "init", "runtime", "list_devices", "device_count", "why_no_devices",
            "synchronize", "plugin_certifications", "last_hidden_error", "op_stats", "profile", "Profile", "coverage",

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError
+from fl_runtime.errors import ConfigError
 
 DEFAULT_PATH = Path("~/.torch_fl/config.yaml")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -197,14 +197,22 @@ def _variant(value: Any, key: str, path: str | None) -> str:
 
 def _op_name(op: Any, path: str | None) -> str:
     """'aten::mm' / 'mm' / 'aten::add.Tensor' -> the kernel-table name ('mm', 'add.Tensor')."""
-    from .schema import op_overload   # imports torch; only needed when per_op is used
     name = str(op).removeprefix("aten::")
-    try:
-        op_overload(name)
-    except AttributeError:
+    if not _is_aten_overload(name):
         raise ConfigError(f"kernels.per_op.{op}", "is not an ATen operator; name it as PyTorch does, "
-                          "e.g. 'aten::mm' or 'aten::add.Tensor'", path) from None
+                          "e.g. 'aten::mm' or 'aten::add.Tensor'", path)
     return name
+
+
+def _is_aten_overload(name: str) -> bool:
+    """'mm', 'add.Tensor' name an overload of torch.ops.aten ('mm.__doc__' does not)."""
+    import torch  # only needed when per_op is used
+    packet, _, overload = name.partition(".")
+    try:
+        found = getattr(getattr(torch.ops.aten, packet), overload or "default")
+    except (AttributeError, RuntimeError):
+        return False
+    return isinstance(found, torch._ops.OpOverload)
 
 
 def _profiler(raw: Any, path: str | None) -> ProfilerConfig:

@@ -4,12 +4,7 @@ Each message names the thing (key, plugin, op, device) and what to do next.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
-
-if TYPE_CHECKING:
-    from .certification import CertificationStatus
 
 
 class FLError(RuntimeError):
@@ -49,7 +44,7 @@ class UncertifiedPluginError(PluginLoadError):
     (`status.code`: no_certificate, hash_mismatch, bad_signature, untrusted_key,
     abi/torch/suite_mismatch, malformed)."""
 
-    def __init__(self, plugin: str, status: CertificationStatus) -> None:
+    def __init__(self, plugin: str, status) -> None:
         super().__init__(plugin, f"refused before loading because certification.require_certified is on: "
                          f"{status.reason} (or set certification.require_certified: false to load "
                          "uncertified plugins)")

@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-from .config import LoggingConfig
+from fl_runtime.config import LoggingConfig
 
 logger = logging.getLogger("torch_fl")
 logger.propagate = False          # the application's root handlers do not print us twice

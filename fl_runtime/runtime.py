@@ -6,18 +6,25 @@ from __future__ import annotations
 
 import torch
 
-from .allocator import CachingAllocator
-from .certification import CertificationPolicy
-from .config import Config, load_config
-from .copies import copy_to_host
-from .devices import DeviceInfo, build_device_list
-from .dispatch import Launcher, build_op_table
-from .errors import DeviceNotFoundError, UnsupportedDtypeError
-from .loader import LoadFailure, Plugin, discover_sources, load_all
-from .logs import configure_logging, logger
-from .rng import DeviceRNG
-from .storage import DL_DTYPES, contiguous_strides, storage_base, storage_nbytes, wrap_block
-from .streams import DEFAULT_STREAM_ID, Stream, StreamRegistry
+from fl_runtime.config import Config, load_config
+from fl_runtime.devices.allocator import CachingAllocator
+from fl_runtime.devices.registry import DeviceInfo, build_device_list
+from fl_runtime.devices.storage import (
+    DL_DTYPES,
+    contiguous_strides,
+    storage_base,
+    storage_nbytes,
+    wrap_block,
+)
+from fl_runtime.devices.streams import DEFAULT_STREAM_ID, Stream, StreamRegistry
+from fl_runtime.errors import DeviceNotFoundError, UnsupportedDtypeError
+from fl_runtime.logs import configure_logging, logger
+from fl_runtime.ops.copies import copy_to_host
+from fl_runtime.ops.launcher import Launcher
+from fl_runtime.ops.op_table import build_op_table
+from fl_runtime.ops.rng import DeviceRNG
+from fl_runtime.plugins.certification import CertificationPolicy
+from fl_runtime.plugins.loader import LoadFailure, Plugin, discover_sources, load_all
 
 
 class Runtime:

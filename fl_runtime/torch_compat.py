@@ -13,7 +13,7 @@ import torch
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from .errors import TorchVersionError
+from fl_runtime.errors import TorchVersionError
 
 _PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from conformance.profiles import PROFILES
-from fl_runtime.certification import FORMAT, Certificate, canonical_bytes, key_id
+from fl_runtime.plugins.certification import FORMAT, Certificate, canonical_bytes, key_id
 
 from .passphrase import where_to_give_it
 

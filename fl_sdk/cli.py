@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .subcommands import make_parser, run
+from fl_runtime.tools.cli.registry import make_parser, run  # one helper for both CLIs
 
 COMMANDS = ("new", "update", "build", "test", "keygen", "certify", "verify")
 

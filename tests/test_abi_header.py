@@ -45,3 +45,57 @@ def test_enums_are_32_bit_and_dtype_codes_cover_torch_dtypes():
 def test_status_names_are_distinct_and_success_is_zero():
     assert abi.SUCCESS == 0
     assert abi.STATUS_NAMES[abi.SUCCESS] == "FL_SUCCESS"
+
+
+def test_calling_convention_packs_every_field_where_the_header_puts_it():
+    """The marshaler packs fl_arg / fl_tensor with struct at offsets taken from cffi;
+    pin them (x86-64 / aarch64 LP64 layout of fl_abi.h), so a header change that moves
+    a field is seen here and not as garbage arguments in a kernel."""
+    from fl_runtime.abi import convention, ffi
+    assert convention.FIELD_OFFSETS == {
+        "fl_arg": {"kind": 0, "count": 4, "value": 8},
+        "fl_tensor": {"struct_size": 0, "base": 8, "byte_offset": 16, "dtype": 24, "ndim": 28,
+                      "sizes": 32, "strides": 40},
+    }
+    for type_name, fields in convention.FIELD_OFFSETS.items():
+        for field, offset in fields.items():
+            assert ffi.offsetof(type_name, field) == offset, (type_name, field)
+    assert convention.ARG_INT.size == convention.ARG_FLOAT.size == ffi.sizeof("fl_arg") == 16
+    assert convention.TENSOR.size == ffi.sizeof("fl_tensor") == 48
+
+
+def test_encoded_arguments_read_back_through_cffi():
+    """What the writers pack is what a C reader of fl_abi.h sees."""
+    import torch
+
+    from fl_runtime import abi
+    from fl_runtime.abi import convention as cv
+    from fl_runtime.abi import ffi
+
+    def tensor_for(arena):
+        def tensor(value):
+            if isinstance(value, tuple):
+                base, offset, shape, strides = value
+                return cv.put_tensor(arena, base, offset, torch.float16, shape, strides)
+            return None
+        return tensor
+    tagged = [(cv.TAG_VALUE, (0x1000, 24, (2, 3), (3, 1))), (cv.TAG_VALUE, 2.5), (cv.TAG_VALUE, True),
+              (cv.TAG_VALUE, -7), (cv.TAG_INT_LIST, [4, 5, 6]), (cv.TAG_FLOAT_LIST, [0.5]),
+              (cv.TAG_TENSOR_LIST, [None, (0x2000, 0, (1,), (1,))]), (cv.TAG_VALUE, torch.int32),
+              (cv.TAG_VALUE, "mean"), (cv.TAG_VALUE, None)]
+    arena = cv.encode_call(tagged, tensor_for)
+    args = arena.args
+    t = args[0].value.tensor
+    assert args[0].kind == abi.ARG_TENSOR and t.struct_size == ffi.sizeof("fl_tensor")
+    assert (t.base, t.byte_offset, t.dtype, t.ndim) == (0x1000, 24, abi.DTYPE_TO_FL[torch.float16], 2)
+    assert [t.sizes[i] for i in range(2)] == [2, 3] and [t.strides[i] for i in range(2)] == [3, 1]
+    assert (args[1].kind, args[1].value.f) == (abi.ARG_FLOAT, 2.5)
+    assert (args[2].kind, args[2].value.i) == (abi.ARG_BOOL, 1)
+    assert (args[3].kind, args[3].value.i) == (abi.ARG_INT, -7)
+    assert args[4].kind == abi.ARG_INT_LIST and [args[4].value.ints[i] for i in range(args[4].count)] == [4, 5, 6]
+    assert args[5].kind == abi.ARG_FLOAT_LIST and args[5].value.floats[0] == 0.5
+    assert args[6].kind == abi.ARG_TENSOR_LIST and args[6].count == 2
+    assert args[6].value.tensors[0] == ffi.NULL and args[6].value.tensors[1].base == 0x2000
+    assert (args[7].kind, args[7].value.i) == (abi.ARG_INT, abi.DTYPE_TO_FL[torch.int32])
+    assert args[8].kind == abi.ARG_STRING and ffi.string(args[8].value.str) == b"mean"
+    assert args[9].kind == abi.ARG_NONE

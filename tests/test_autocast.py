@@ -7,7 +7,7 @@ have no vendor kernel and run there too (by design: a few scalars per step).
 import pytest
 import torch
 
-from fl_runtime.autocast import policy_of
+from fl_runtime.integration.autocast import policy_of
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

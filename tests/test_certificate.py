@@ -18,10 +18,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from conformance import SUITE_VERSION
 from conformance.profiles import PROFILES
-from fl_runtime import certification as cert
+from fl_runtime.plugins import certification as cert
 from fl_runtime.config import parse_config
 from fl_runtime.errors import ConfigError, PluginLoadError, UncertifiedPluginError
-from fl_runtime.loader import PluginSource, load_plugin
+from fl_runtime.plugins.loader import PluginSource, load_plugin
 from fl_sdk import certify
 from fl_sdk.cli import main as fl_sdk_main
 

@@ -12,7 +12,7 @@ from fl_sdk import INCLUDE_DIR
 from fl_sdk.build import compiler
 
 _BOTH = """
-from fl_runtime.cli import main
+from fl_runtime.tools.cli import main
 rc_text = main([{command!r}])
 print("@@@")
 rc_json = main([{command!r}, "--json"])

@@ -297,7 +297,7 @@ def test_group_norm_reference_uses_contiguous_copies_where_cpu_ignores_strides()
     """PyTorch CPU's native_group_norm reads a strided bias as if contiguous (so does its
     backward with grad_out / input): the suite's expected values come from contiguous copies."""
     from conformance.numerics import CPU_READS_AS_CONTIGUOUS, cpu_reference
-    from fl_runtime.schema import compile_plan
+    from fl_runtime.ops.schema import compile_plan
 
     gen = torch.Generator().manual_seed(0)
     x, w = torch.randn(2, 6, 3, generator=gen, dtype=torch.float64), torch.randn(6, generator=gen, dtype=torch.float64)
@@ -339,7 +339,7 @@ def test_running_statistics_are_judged_relative_to_the_terms_of_their_update():
     from conformance.compare import judge
     from conformance.numerics import side_effect_reference
     from conformance.tolerances import side_effect_tolerance
-    from fl_runtime.schema import compile_plan
+    from fl_runtime.ops.schema import compile_plan
 
     plan = compile_plan("native_batch_norm")
     half = torch.float16
@@ -410,7 +410,7 @@ def test_a_declined_launch_is_not_supported_with_the_plugins_message(declining):
     from conformance import kernel_checks, statuses
     from conformance.harness import Declined, call_kernel
     from conformance.profiles import PROFILES
-    from fl_runtime.schema import compile_plan
+    from fl_runtime.ops.schema import compile_plan
 
     dev, stream, entry = declining
     a = torch.ones(2, 3)
@@ -431,7 +431,7 @@ def test_the_plugins_real_decline_is_seen_at_launch():
     """The reference chip declines a 3-d convolution at launch (nothing enqueued)."""
     from conformance.harness import Declined, Device, call_kernel, kernel_entries
     from conformance.target import load, resolve
-    from fl_runtime.schema import compile_plan
+    from fl_runtime.ops.schema import compile_plan
 
     plugin = load(resolve("reference").path)
     entry = next(e for e in kernel_entries(plugin) if e.op == "convolution" and e.variant_name == "precise")

@@ -63,7 +63,7 @@ def test_cli_json_and_text(python, tmp_path):
     (tmp_path / "mymodels.py").write_text(MODEL_FILE)
     result = python(f"""
         import sys
-        from fl_runtime.cli import main
+        from fl_runtime.tools.cli import main
         code = main(["coverage", "--json", "--device", "0", {str(tmp_path / 'mymodels.py') + ':build'!r}])
         print("TEXT")
         sys.path.insert(0, {str(tmp_path)!r})

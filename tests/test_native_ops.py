@@ -291,7 +291,7 @@ def main() -> dict:
     import torch
     import torch.nn.functional as F
     import torch_fl  # noqa: F401  (registers fl)
-    from fl_runtime import op_stats
+    from fl_runtime.tools import op_stats
 
     report: dict[str, list[str]] = {name: [] for name in FAMILIES}
     for family, cases in _cases(torch, F).items():

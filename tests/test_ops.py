@@ -141,7 +141,7 @@ def test_inplace_bitwise_with_a_python_number(fl, dtype):
 
 
 def test_numbers_in_tensor_slots_keep_the_wrapped_number_dtype():
-    from fl_runtime.schema import numbers_as_tensors
+    from fl_runtime.ops.schema import numbers_as_tensors
     op = torch.ops.aten.add.out
     ints = torch.ones(2, dtype=torch.int32)
     args, kwargs = numbers_as_tensors(op, (ints, 2.5), {"out": ints})
@@ -192,7 +192,7 @@ def test_error_hidden_by_a_tensor_freed_while_raising_is_reported(python):
     # cannot hand the pending error back, so the runtime logs it and keeps it
     result = python("""
         import torch, torch_fl
-        from fl_runtime import storage
+        from fl_runtime.devices import storage
         x = torch.tensor([True, False], device="fl:0")
         try:
             x.clone().__ior__(3)

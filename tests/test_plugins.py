@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from fl_runtime.errors import IncompatibleABIError, PluginLoadError
-from fl_runtime.loader import PluginSource, discover_sources, load_plugin
+from fl_runtime.plugins.loader import PluginSource, discover_sources, load_plugin
 from fl_sdk import INCLUDE_DIR
 from fl_sdk.build import compiler
 from conftest import ROOT

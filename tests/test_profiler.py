@@ -88,7 +88,7 @@ def test_env_variable_and_cli_profile_a_whole_script(python, tmp_path):
         env = dict(os.environ, TORCH_FL_PROFILE={str(env_trace)!r})
         done = subprocess.run([sys.executable, {str(script)!r}], env=env, capture_output=True, text=True)
         print(done.stdout, done.stderr)
-        from fl_runtime.cli import main
+        from fl_runtime.tools.cli import main
         sys.exit(main(["profile", "--trace", {str(cli_trace)!r}, {str(script)!r}]))
     """, cwd=ROOT)
     assert result.returncode == 0, result.stderr

@@ -113,7 +113,7 @@ def test_generated_workflow_is_a_well_formed_conformance_job(acme):
 
 def launcher_signature(op: str) -> str:
     """What launch_kernel must receive for `op`: T per tensor, S per scalar, then T per output."""
-    from fl_runtime.schema import compile_plan
+    from fl_runtime.ops.schema import compile_plan
     plan = compile_plan(op)
     return "".join("T" if arg.is_tensor else "S" for arg in plan.args) + "T" * len(plan.returns_alias)
 

@@ -15,7 +15,7 @@ import os
 import pytest
 import torch
 
-from fl_runtime.storage import storage_base
+from fl_runtime.devices.storage import storage_base
 
 
 def _block(fl, t):

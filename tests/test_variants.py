@@ -70,7 +70,7 @@ class _Entry:
 
 
 def _offered() -> dict:
-    from fl_runtime.dispatch import KernelChoice
+    from fl_runtime.ops.op_table import KernelChoice
     return {name: KernelChoice(_Entry(v), 1, v, None) for name, v in (("precise", 0), ("fast", 1))}
 
 
@@ -82,14 +82,14 @@ def _offered() -> dict:
     ({"fast_under_autocast": False}, "precise", None),
 ])
 def test_policy_picks_variant(kernels, picked, autocast):
-    from fl_runtime.dispatch import _pick_variant
+    from fl_runtime.ops.op_table import _pick_variant
     choice = _pick_variant("mm", _offered(), parse_config({"kernels": kernels}).kernels)
     assert choice.variant_name == picked
     assert (choice.autocast.variant_name if choice.autocast else None) == autocast
 
 
 def test_policy_falls_back_to_the_only_variant_offered():
-    from fl_runtime.dispatch import _pick_variant
+    from fl_runtime.ops.op_table import _pick_variant
     only_precise = {"precise": _offered()["precise"]}
     choice = _pick_variant("mm", only_precise, parse_config({"kernels": {"variant": "fast"}}).kernels)
     assert choice.variant_name == "precise" and choice.autocast is None

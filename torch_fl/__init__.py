@@ -1,7 +1,7 @@
 """`torch_fl`: the name users import; the runtime lives in `fl_runtime`.
 
-Unlike a bare `import fl_runtime` (which PyTorch's autoload does and which
-must not fail), importing torch_fl raises any start-up error at once.
+Importing torch_fl starts the runtime and raises any start-up error at once
+(PyTorch's autoload, which must never fail, only warns).
 """
 import fl_runtime as _fl_runtime
 from fl_runtime import *  # noqa: F401,F403

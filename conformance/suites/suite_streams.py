@@ -23,7 +23,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initial
 
 from fl_runtime import abi
 from fl_runtime.abi import ffi
-from fl_runtime.schema import compile_plan
+from fl_runtime.ops.schema import compile_plan
 
 from conformance import statuses
 from conformance.harness import (STATUS, Declined, Device, DeviceTensor, KernelEntry, kernel_entries, launch,

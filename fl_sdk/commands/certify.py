@@ -24,7 +24,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from conformance.target import TargetError, resolve
-    from fl_runtime.certification import default_certificate_path, sha256_of
+    from fl_runtime.plugins.certification import default_certificate_path, sha256_of
 
     from ..certify import (
         CertifyError,
@@ -62,7 +62,7 @@ def _run_cert_profile(library: str, sha256: str, keep_json: str | None) -> dict:
     import torch
 
     from conformance.runner import run as run_suite
-    from fl_runtime.certification import sha256_of
+    from fl_runtime.plugins.certification import sha256_of
 
     from ..certify import CERT_PROFILE, CertifyError
     with tempfile.TemporaryDirectory(prefix="fl-certify-") as tmp:

@@ -16,7 +16,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from conformance.target import TargetError, resolve
-    from fl_runtime.certification import default_certificate_path, trust_store, verify_certificate
+    from fl_runtime.plugins.certification import default_certificate_path, trust_store, verify_certificate
     from fl_runtime.errors import ConfigError
     try:
         library = resolve(args.plugin).path

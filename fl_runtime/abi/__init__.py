@@ -1,0 +1,83 @@
+"""The C ABI as cffi sees it: declarations read from fl_abi.h, never retyped.
+
+The header marks the plain-C region cffi can parse between FL_CDEF_BEGIN and
+FL_CDEF_END; this module extracts it once, so the header stays the only copy.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import cffi
+import torch
+
+
+def _header_path() -> Path:
+    """fl_sdk/include/fl_abi.h, found without importing the SDK (the runtime sits below it)."""
+    spec = importlib.util.find_spec("fl_sdk")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the Torch-FL ABI header is missing: the fl_sdk package is not installed; "
+                           "reinstall torch-fl")
+    return Path(next(iter(spec.submodule_search_locations))) / "include" / "fl_abi.h"
+
+
+HEADER_PATH = _header_path()
+
+ENTRY_SYMBOL = "fl_plugin_get_api"
+
+
+def _cdef_region(header_text: str) -> str:
+    start, end = "/* FL_CDEF_BEGIN */", "/* FL_CDEF_END */"
+    if start not in header_text or end not in header_text:
+        raise RuntimeError(f"{HEADER_PATH} lacks the {start} / {end} markers cffi reads")
+    return header_text.split(start, 1)[1].split(end, 1)[0]
+
+
+ffi = cffi.FFI()
+ffi.cdef(_cdef_region(HEADER_PATH.read_text()))
+# Constants the runtime needs, taken from the header through cffi.
+_consts = ffi.dlopen(None)  # the process itself: only enum/#define values are read
+ABI_MAJOR: int = _consts.FL_ABI_VERSION_MAJOR
+ABI_MINOR: int = _consts.FL_ABI_VERSION_MINOR
+ABI_MIN_SUPPORTED_MINOR: int = _consts.FL_ABI_MIN_SUPPORTED_MINOR
+SUCCESS: int = _consts.FL_SUCCESS
+NOT_READY: int = _consts.FL_NOT_READY
+ERROR_OUT_OF_MEMORY: int = _consts.FL_ERROR_OUT_OF_MEMORY
+ERROR_INCOMPATIBLE_ABI: int = _consts.FL_ERROR_INCOMPATIBLE_ABI
+ERROR_NOT_SUPPORTED: int = _consts.FL_ERROR_NOT_SUPPORTED
+
+STATUS_NAMES: dict[int, str] = dict(ffi.typeof("fl_status").elements)
+
+_TORCH_TO_FL = {
+    torch.float32: "FL_FLOAT32", torch.float64: "FL_FLOAT64", torch.float16: "FL_FLOAT16",
+    torch.bfloat16: "FL_BFLOAT16", torch.int8: "FL_INT8", torch.uint8: "FL_UINT8",
+    torch.int16: "FL_INT16", torch.int32: "FL_INT32", torch.int64: "FL_INT64",
+    torch.bool: "FL_BOOL", torch.complex64: "FL_COMPLEX64",
+}
+DTYPE_TO_FL: dict[torch.dtype, int] = {dt: getattr(_consts, name) for dt, name in _TORCH_TO_FL.items()}
+FL_TO_DTYPE: dict[int, torch.dtype] = {code: dt for dt, code in DTYPE_TO_FL.items()}
+
+ARG_NONE = _consts.FL_ARG_NONE
+ARG_TENSOR = _consts.FL_ARG_TENSOR
+ARG_INT = _consts.FL_ARG_INT
+ARG_FLOAT = _consts.FL_ARG_FLOAT
+ARG_BOOL = _consts.FL_ARG_BOOL
+ARG_INT_LIST = _consts.FL_ARG_INT_LIST
+ARG_FLOAT_LIST = _consts.FL_ARG_FLOAT_LIST
+ARG_BOOL_LIST = _consts.FL_ARG_BOOL_LIST
+ARG_TENSOR_LIST = _consts.FL_ARG_TENSOR_LIST
+ARG_STRING = _consts.FL_ARG_STRING
+
+VARIANT_NAMES = {_consts.FL_VARIANT_PRECISE: "precise", _consts.FL_VARIANT_FAST: "fast"}
+
+
+def dtype_mask_names(mask: int) -> list[str]:
+    """The torch dtypes a (1 << fl_dtype) mask names, for display."""
+    return [str(dt).removeprefix("torch.") for dt, code in DTYPE_TO_FL.items() if mask & (1 << code)]
+
+
+def struct_covers(struct_ptr, type_name: str, field: str) -> bool:
+    """True when a size-prefixed struct is large enough to hold `field` (FL_STRUCT_HAS_FIELD)."""
+    offset = ffi.offsetof(type_name, field)
+    size = ffi.sizeof(ffi.typeof(getattr(ffi.new(f"{type_name}*"), field)))
+    return struct_ptr.struct_size >= offset + size

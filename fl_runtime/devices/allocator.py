@@ -1,0 +1,251 @@
+"""A caching allocator per device over the vendor's fl_malloc / fl_free.
+
+Blocks freed by PyTorch go back to a pool keyed by (stream, rounded size) and
+are handed out again without a vendor call, so a steady training loop makes no
+vendor allocation per op.  A block is only reused on the stream it was
+allocated on (FIFO order makes that safe); if other streams used it, it waits
+for events recorded on those streams first (F6).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fl_runtime import abi
+from fl_runtime.abi import ffi
+from fl_runtime.devices.registry import DeviceInfo
+from fl_runtime.errors import FLOutOfMemoryError, VendorError
+from fl_runtime.logs import logger
+
+_SMALL_LIMIT = 1 << 20      # below 1 MiB round to 512 B, above to 128 KiB
+_SMALL_ROUND = 512
+_LARGE_ROUND = 128 << 10
+
+
+def round_size(nbytes: int) -> int:
+    step = _SMALL_ROUND if nbytes < _SMALL_LIMIT else _LARGE_ROUND
+    return max(step, (nbytes + step - 1) // step * step)
+
+
+@dataclass(eq=False)
+class Block:
+    """One vendor allocation."""
+    ptr: int
+    size: int
+    stream: object                      # the Stream it was allocated for
+    writer: object = None               # the Stream of the last write, for ordering
+    used_by: set = field(default_factory=set)   # other Streams that used it
+
+
+@dataclass
+class MemoryStats:
+    allocated: int = 0          # bytes in live tensors
+    reserved: int = 0           # bytes held from the vendor (live + cached)
+    peak_allocated: int = 0
+    peak_reserved: int = 0
+    vendor_mallocs: int = 0
+    vendor_frees: int = 0
+    cache_hits: int = 0
+    alloc_retries: int = 0      # vendor mallocs retried after emptying the cache
+    ooms: int = 0               # out-of-memory errors raised
+
+    def reset_peaks(self) -> None:
+        self.peak_allocated = self.allocated
+        self.peak_reserved = self.reserved
+
+
+class CachingAllocator:
+    def __init__(self, device: DeviceInfo, synchronize_device) -> None:
+        self.device = device
+        self._api = device.plugin.api
+        self._synchronize_device = synchronize_device
+        self.stats = MemoryStats()
+        self.live: dict[int, Block] = {}            # ptr -> Block, for blocks in tensors
+        self._pool: dict[tuple[int, int], list[Block]] = {}
+        self._freed: list[Block] = []                # filled by deleters, drained here
+        self._waiting: list[tuple[Block, list]] = []  # (block, events) used by other streams
+
+    # -- the hot path ---------------------------------------------------------
+    def allocate(self, nbytes: int, stream) -> Block:
+        if self._freed:
+            self._drain_freed()
+        size = round_size(nbytes)
+        bucket = self._pool.get((stream.key, size))
+        if bucket:
+            block = bucket.pop()
+            self.stats.cache_hits += 1
+        else:
+            block = self._vendor_malloc(size, stream)
+        self.live[block.ptr] = block
+        stats = self.stats
+        stats.allocated += size
+        stats.peak_allocated = max(stats.peak_allocated, stats.allocated)
+        return block
+
+    def release(self, block: Block) -> None:
+        """Called when PyTorch frees a tensor's storage; may run inside any op (GC)."""
+        self._freed.append(block)
+
+    def record_stream(self, ptr: int, stream) -> None:
+        """Tensor.record_stream: the block at `ptr` is in use on `stream`, so once freed it
+        goes back to the pool only after the work enqueued on `stream` by then has finished."""
+        block = self.live.get(ptr)
+        if block is None:
+            raise ValueError(f"record_stream: fl:{self.device.index} has no live allocation at {ptr:#x}; "
+                             "the tensor's storage was not made by the Torch-FL allocator")
+        if stream.key != block.stream.key:
+            block.used_by.add(stream)
+
+    def settle(self) -> None:
+        """Account for storages PyTorch freed since the last allocation (for the stats API)."""
+        if self._freed:
+            self._drain_freed()
+        if self._waiting:
+            self._collect_waiting()
+
+    # -- the slow paths -------------------------------------------------------
+    def _drain_freed(self) -> None:
+        freed, self._freed = self._freed, []
+        for block in freed:
+            self.live.pop(block.ptr, None)
+            self.stats.allocated -= block.size
+            if block.used_by:
+                self._waiting.append((block, [self._record_on(s) for s in block.used_by]))
+            else:
+                self._to_pool(block)
+        if self._waiting:
+            self._collect_waiting()
+
+    def _record_on(self, stream):
+        from fl_runtime.devices.streams import Event
+        event = Event(self.device)
+        event.record(stream)
+        return event
+
+    def _collect_waiting(self) -> None:
+        still = []
+        for block, events in self._waiting:
+            if all(e.query() for e in events):
+                self._to_pool(block)
+            else:
+                still.append((block, events))
+        self._waiting = still
+
+    def _to_pool(self, block: Block) -> None:
+        block.used_by = set()
+        block.writer = None
+        self._pool.setdefault((block.stream.key, block.size), []).append(block)
+
+    def _vendor_malloc(self, size: int, stream) -> Block:
+        if self.stats.reserved + size > self.device.memory_limit:
+            cached = self.stats.reserved - self.stats.allocated
+            self.stats.alloc_retries += 1
+            self.empty_cache()
+            if self.stats.reserved + size > self.device.memory_limit:
+                raise self._oom(size, cached, f"memory_fraction {self.device.memory_fraction:g} (config or "
+                                "torch.fl.set_per_process_memory_fraction) caps it")
+        out = ffi.new("fl_devptr*")
+        status = self._api.fl_malloc(self.device.local_index, size, 0, out)
+        if status == abi.ERROR_OUT_OF_MEMORY:
+            cached = self.stats.reserved - self.stats.allocated
+            self.stats.alloc_retries += 1
+            self.empty_cache()
+            status = self._api.fl_malloc(self.device.local_index, size, 0, out)
+            if status == abi.ERROR_OUT_OF_MEMORY:
+                raise self._oom(size, cached, "the device reports no free block large enough")
+        self.device.plugin.check(status, f"fl_malloc(device=fl:{self.device.index}, size={size})")
+        stats = self.stats
+        stats.reserved += size
+        stats.peak_reserved = max(stats.peak_reserved, stats.reserved)
+        stats.vendor_mallocs += 1
+        return Block(int(out[0]), size, stream)
+
+    def _oom(self, size: int, cached_before: int, why: str) -> FLOutOfMemoryError:
+        self.stats.ooms += 1
+        return FLOutOfMemoryError(
+            f"fl:{self.device.index} out of memory: tried to allocate {size} bytes; "
+            f"{self.stats.allocated} bytes in use by tensors, {cached_before} bytes were cached and "
+            f"have been released before retrying; limit {self.device.memory_limit} of "
+            f"{self.device.total_memory} bytes ({why}). Free tensors, use smaller batches, "
+            "or raise memory_fraction.")
+
+    def empty_cache(self) -> None:
+        """Give every cached block back to the vendor (waits for the device first)."""
+        self._synchronize_device()
+        if self._freed:
+            self._drain_freed()
+        self._collect_waiting()
+        for bucket in self._pool.values():
+            for block in bucket:
+                self._vendor_free(block)
+        self._pool.clear()
+
+    def _vendor_free(self, block: Block) -> None:
+        status = self._api.fl_free(self.device.local_index, block.ptr)
+        self.stats.reserved -= block.size
+        self.stats.vendor_frees += 1
+        if status != abi.SUCCESS:
+            try:
+                self.device.plugin.check(status, f"fl_free(device=fl:{self.device.index})")
+            except VendorError as exc:   # a leak is better than a crash on the free path
+                logger.error("%s", exc)
+
+
+def memory_stats(allocator: CachingAllocator) -> dict[str, int]:
+    """torch.cuda.memory_stats-shaped figures for one device (keys named as CUDA's where
+    the meaning is the same; 'num_device_alloc'/'num_device_free' count vendor calls)."""
+    allocator.settle()
+    stats = allocator.stats
+    pooled = [block for bucket in allocator._pool.values() for block in bucket]
+    return {
+        "allocated_bytes.all.current": stats.allocated,
+        "allocated_bytes.all.peak": stats.peak_allocated,
+        "reserved_bytes.all.current": stats.reserved,
+        "reserved_bytes.all.peak": stats.peak_reserved,
+        "inactive_split_bytes.all.current": sum(b.size for b in pooled),
+        "active.all.current": len(allocator.live),
+        "inactive_split.all.current": len(pooled),
+        "num_alloc_retries": stats.alloc_retries,
+        "num_ooms": stats.ooms,
+        "num_device_alloc": stats.vendor_mallocs,
+        "num_device_free": stats.vendor_frees,
+        "num_cache_hits": stats.cache_hits,
+        "limit_bytes": allocator.device.memory_limit,
+    }
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):,.1f} MiB"
+
+
+def memory_summary(allocator: CachingAllocator) -> str:
+    """A readable table of one device's memory_stats (torch.cuda.memory_summary's role)."""
+    figures = memory_stats(allocator)
+    device = allocator.device
+    rows = [
+        ("Allocated (live tensors)", _mib(figures["allocated_bytes.all.current"]),
+         _mib(figures["allocated_bytes.all.peak"])),
+        ("Reserved (held from vendor)", _mib(figures["reserved_bytes.all.current"]),
+         _mib(figures["reserved_bytes.all.peak"])),
+        ("Cached (free, in pool)", _mib(figures["inactive_split_bytes.all.current"]), ""),
+        ("Live blocks", str(figures["active.all.current"]), ""),
+        ("Cached blocks", str(figures["inactive_split.all.current"]), ""),
+        ("Vendor mallocs / frees", f"{figures['num_device_alloc']} / {figures['num_device_free']}", ""),
+        ("Cache hits", str(figures["num_cache_hits"]), ""),
+        ("Retries after emptying cache", str(figures["num_alloc_retries"]), ""),
+        ("Out-of-memory errors", str(figures["num_ooms"]), ""),
+    ]
+    width = max(len(r[0]) for r in rows)
+    title = (f"fl:{device.index} {device.name} - limit {_mib(device.memory_limit)} of "
+             f"{_mib(device.total_memory)} (memory_fraction {device.memory_fraction:g})")
+    lines = [title, "=" * len(title), f"{'Metric':<{width}}  {'Current':>14}  {'Peak':>14}"]
+    lines += [f"{name:<{width}}  {current:>14}  {peak:>14}" for name, current, peak in rows]
+    return "\n".join(lines)
+
+
+def device_memory_info(allocator: CachingAllocator) -> tuple[int, int]:
+    """(free, total) bytes as the vendor reports them (fl_api.memory_info)."""
+    free, total = ffi.new("uint64_t*"), ffi.new("uint64_t*")
+    device = allocator.device
+    device.plugin.check(allocator._api.memory_info(device.local_index, free, total),
+                        f"memory_info(device=fl:{device.index})")
+    return int(free[0]), int(total[0])

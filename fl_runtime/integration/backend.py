@@ -1,0 +1,95 @@
+"""Plug the runtime into PyTorch: PrivateUse1 renamed `fl`, from Python only.
+
+Registers the device module (`torch.fl`), hooks and device guard through
+PyTorch's Python-backend route, the runtime-owned kernels (allocation, copies,
+storage metadata), one kernel per vendor op, a fast path for common views,
+and the boxed fallback for everything else.
+"""
+from __future__ import annotations
+
+import torch
+
+from fl_runtime.devices.registry import DEVICE_TYPE
+from fl_runtime.devices.streams import register_record_stream
+from fl_runtime.integration import autocast, serialization
+from fl_runtime.integration.device_module import make_device_module
+from fl_runtime.logs import logger
+from fl_runtime.ops import copies
+from fl_runtime.ops import factories as tensors
+from fl_runtime.ops.fallback.cpu import make_boxed_fallback
+from fl_runtime.ops.rng import register_seeded_dropout
+
+BACKEND_NAME = DEVICE_TYPE
+# Ops the runtime implements itself (they call vendor kernels for their device part).
+RUNTIME_OWNED = {"copy_", "empty.memory_format", "empty_strided", "_local_scalar_dense", "resize_",
+                 "record_stream", "native_dropout"}
+_FAST_VIEWS = ("view", "as_strided", "_reshape_alias", "unfold", "alias")
+_CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_libraries: list = []     # registrations live as long as these objects
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def __init__(self, rt) -> None:
+        super().__init__()
+        self._rt = rt
+
+    def is_available(self) -> bool:
+        return bool(self._rt.devices)
+
+    def has_primary_context(self, dev_id) -> bool:
+        return 0 <= dev_id < len(self._rt.devices)
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _DeviceGuard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def install(rt) -> None:
+    """Make `fl` a PyTorch device backed by `rt` (once per process)."""
+    if _libraries:
+        return
+    current = torch._C._get_privateuse1_backend_name()
+    if current not in ("privateuseone", BACKEND_NAME):
+        raise RuntimeError(f"PyTorch's PrivateUse1 slot is already taken by '{current}'; "
+                           "Torch-FL cannot share a process with that backend")
+    # The steps of torch.utils.backend_registration._setup_privateuseone_for_python_backend,
+    # minus the rename when the slot already carries our name.
+    if current != BACKEND_NAME:
+        torch.utils.rename_privateuse1_backend(BACKEND_NAME)
+    torch.utils.generate_methods_for_privateuse1_backend()
+    torch._register_device_module(BACKEND_NAME, make_device_module(rt))
+    serialization.install(rt)     # torch.load / storage moves through our allocator
+    torch._C._acc.register_python_privateuseone_hook(_Hooks(rt))
+    torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())
+    aten = torch.library.Library("aten", "IMPL")
+    tensors.register(aten, rt)
+    copies.register(aten, rt)
+    register_record_stream(aten, rt)
+    register_seeded_dropout(aten, rt)
+    for name in _FAST_VIEWS:
+        aten.impl(name, _redispatch_view(name), "PrivateUse1")
+    unknown = rt.launcher.register(aten, rt.op_names, skip=RUNTIME_OWNED | set(_FAST_VIEWS))
+    if unknown:
+        logger.warning("plugins offer kernels for ops PyTorch does not know (ignored): %s", unknown)
+    catch_all = torch.library.Library("_", "IMPL")
+    catch_all.fallback(make_boxed_fallback(rt.launcher.chain), "PrivateUse1")
+    _libraries.extend([aten, catch_all])
+    autocast.register()     # the cast policy of torch.autocast("fl")
+    # PyTorch's Python device guard reports one device, so the autograd engine
+    # has a worker queue for fl:0 only and asserts on backward over fl:1.
+    # Running backward on the calling thread avoids those queues.  The switch
+    # is per thread: threads other than the importing one must call
+    # torch.autograd.set_multithreading_enabled(False) themselves (README).
+    torch._C._set_multithreading_enabled(False)
+
+
+def _redispatch_view(name: str):
+    op = getattr(torch.ops.aten, name).default
+
+    def kernel(*args, **kwargs):
+        return op.redispatch(_CPU_KEYSET, *args, **kwargs)
+    return kernel

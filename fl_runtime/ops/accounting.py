@@ -1,0 +1,50 @@
+"""Which path each op call took: the always-on counters, and the seam a profile plugs into.
+
+Paths: "native" (a vendor kernel), "generic" (PyTorch's decomposition into
+vendor kernels), "cpu" (PyTorch's CPU kernel on copies); see the README's
+"Fallbacks, profiling and coverage".  Counting is a locked dict increment,
+cheap enough for every call.  Timing is the profiler's (fl_runtime.tools):
+while a profile is active it is installed here as `ACTIVE`, and the op paths
+report to it; outside a profile the hot path only checks that `ACTIVE` is None.
+The profiler lives above the ops layer, so it registers itself here instead
+of being imported by it.
+"""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+NATIVE = "native"
+GENERIC = "generic"
+CPU = "cpu"
+FALLBACK_PATHS = (GENERIC, CPU)
+PRECISE = "precise"
+FAST = "fast"
+
+_counts: Counter = Counter()
+_lock = threading.Lock()
+ACTIVE = None      # the innermost active tools.profiler.Profile, or None
+
+
+def record(op: str, path: str) -> None:
+    """Count one call of `op` through `path` (always on; safe from any thread)."""
+    with _lock:
+        _counts[(op, path)] += 1
+
+
+def counts() -> Counter:
+    """A snapshot of the (op, path) -> calls counter since the last reset."""
+    with _lock:
+        return Counter(_counts)
+
+
+def reset_counts() -> None:
+    with _lock:
+        _counts.clear()
+
+
+def set_active(profile) -> object:
+    """Install `profile` (or None) as the one op paths report timings to; returns the previous one."""
+    global ACTIVE
+    previous, ACTIVE = ACTIVE, profile
+    return previous

@@ -1,0 +1,221 @@
+"""copy_ for fl tensors: host<->fl, fl:i->fl:j in one plugin, and across plugins.
+
+Every copy is ordered after the pending writes on the streams that produced
+its source (F6, F18): the runtime tracks the last writer stream per block.
+Copies from the host are synchronous (the host buffer may change right after
+copy_ returns); copies to the host wait for the data by definition.
+Converting or strided copies on a device use the vendor's `copy_` kernel; a
+vendor without one gets them through the host (a CPU fallback, counted).
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from fl_runtime.abi import ffi
+from fl_runtime.devices.storage import storage_base
+from fl_runtime.ops import accounting
+
+
+def register(library: torch.library.Library, rt) -> None:
+    def copy_(self, src, non_blocking=False):
+        if self.numel() == 0:
+            return self
+        if _has_view_bits(src) or _has_view_bits(self):
+            _copy_lazy_views(rt, self, src)
+        elif src.device.type == "cpu":
+            _host_to_device(rt, self, src)
+        elif self.device.type == "cpu":
+            rt.copy_to_host(src, self)
+        elif src.device.index == self.device.index:
+            _on_device(rt, self, src)
+        else:
+            _across_devices(rt, self, src)
+        return self
+
+    library.impl("copy_", copy_, "PrivateUse1")
+    library.impl("_pin_memory", _pin_memory, "CPU")
+
+
+def _pin_memory(self: torch.Tensor, device=None) -> torch.Tensor:
+    """tensor.pin_memory() / DataLoader(pin_memory=True) with fl as the accelerator.
+
+    PyTorch asks the PrivateUse1 hooks for a pinned allocator, which only C++ can
+    register (RegisterPrivateUse1HooksInterface), and the fl ABI has no page-locked
+    host memory: copies from the host are synchronous, so pinning would gain nothing.
+    This returns an ordinary (pageable) copy, as pin_memory() would, so that code
+    asking for pinning runs unchanged; is_pinned() stays False, truthfully.
+    torch.empty(..., pin_memory=True) still raises PyTorch's error: that factory asks the
+    hooks for the allocator directly, with no op to take its place."""
+    global _pin_warned
+    if not _pin_warned:
+        _pin_warned = True
+        warnings.warn("torch_fl: fl devices have no pinned (page-locked) host memory; pin_memory() returns "
+                      "an ordinary CPU copy (host-to-device copies are synchronous either way)", stacklevel=3)
+    return self.clone()
+
+
+_pin_warned = False     # one warning per process
+
+
+def _ensure_cpu_allowed(rt, device_index: int) -> None:
+    """Raise UnsupportedOpError when the config or TORCH_FL_STRICT forbids the host
+    round trip a copy is about to take (the CPU fallback's switches)."""
+    rt.launcher.chain.check_cpu_allowed("aten::copy_", device_index, "the vendor has no kernel for it")
+
+
+def _has_view_bits(t: torch.Tensor) -> bool:
+    """A lazy conjugate / negative view (conj(), and views of it): its bytes are not its values."""
+    return t.is_conj() or t.is_neg()
+
+
+def _stored(t: torch.Tensor) -> torch.Tensor:
+    """The same memory without the conj / neg bits: a view of the bytes as they are
+    (each bit toggled off by a view that moves no data)."""
+    return _with_bits_of(t, t)
+
+
+def _copy_lazy_views(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
+    """copy_ where either side is a lazy conj/neg view (complex tensors; the chip has
+    no kernel that applies the bits).  The bytes move without the bits (plain copies,
+    which cannot come back here) and the bits are applied on the host: copying the
+    bytes as if they were the values would silently drop the conjugation, and
+    materialising the view on the device would need a copy_ that needs this one."""
+    value = _stored(src)
+    if src.device.type != "cpu":
+        value = value.cpu()
+    value = _with_bits_of(value, src)                # src's values, on the host
+    if dst.device.type == "cpu":
+        dst.copy_(value)
+        return
+    _ensure_cpu_allowed(rt, dst.device.index)
+    accounting.record("aten::copy_", accounting.CPU)
+    _stored(dst).copy_(_with_bits_of(value, dst).resolve_conj().resolve_neg())
+
+
+def _with_bits_of(host: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """`host` read through `like`'s lazy bits: conj() and _neg_view() toggle the bit
+    (a view), so applying a tensor's own bits to it clears them."""
+    if like.is_conj():
+        host = host.conj()
+    if like.is_neg():
+        host = torch._neg_view(host)
+    return host
+
+
+def _raw_h2d(rt, dst: torch.Tensor, host: torch.Tensor, whole_storage: bool = False) -> None:
+    """Bytes of a contiguous host tensor into dst's region (or its whole storage)."""
+    device = rt.device(dst.device.index)
+    stream = rt.streams.current(device.index)
+    rt.order_after_writers(device.index, stream, (), (dst,))
+    offset = 0 if whole_storage else dst.storage_offset() * dst.element_size()
+    nbytes = host.numel() * host.element_size()
+    status = device.plugin.api.memcpy_h2d_async(stream.handle, storage_base(dst), offset,
+                                                ffi.cast("void*", host.data_ptr()), nbytes)
+    device.plugin.check(status, f"memcpy_h2d_async(fl:{device.index}, {nbytes} bytes)")
+    stream.synchronize()   # `host` may be freed or changed as soon as we return
+
+
+def _raw_d2h(rt, host: torch.Tensor, src: torch.Tensor, whole_storage: bool = False) -> None:
+    """Bytes of src's region (or its whole storage) into a contiguous host tensor."""
+    device = rt.device(src.device.index)
+    stream = rt.streams.current(device.index)
+    rt.order_after_writers(device.index, stream, (src,), ())
+    offset = 0 if whole_storage else src.storage_offset() * src.element_size()
+    nbytes = host.numel() * host.element_size()
+    if nbytes:
+        status = device.plugin.api.memcpy_d2h_async(stream.handle, ffi.cast("void*", host.data_ptr()),
+                                                    storage_base(src), offset, nbytes)
+        device.plugin.check(status, f"memcpy_d2h_async(fl:{device.index}, {nbytes} bytes)")
+        stream.synchronize()
+
+
+def _host_to_device(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
+    host = src.to(dtype=dst.dtype).expand(dst.shape).contiguous()
+    if dst.is_contiguous():
+        _raw_h2d(rt, dst, host)
+    elif rt.launcher.has_kernel(dst.device.index, "copy_", dst.dtype):
+        staged = rt.new_like_contiguous(dst)
+        _raw_h2d(rt, staged, host)
+        rt.launcher.launch("copy_", (dst, staged), {})
+    else:
+        _write_via_host(rt, dst, host)
+
+
+def copy_to_host(rt, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """Copy an fl tensor into a CPU tensor (any dtype/strides/broadcast on the CPU side)."""
+    if not src.is_contiguous():
+        if rt.launcher.has_kernel(src.device.index, "copy_", src.dtype):
+            src = src.contiguous()
+        else:
+            dst.copy_(_read_via_host(rt, src))
+            return
+    direct = dst.dtype == src.dtype and dst.shape == src.shape and dst.is_contiguous()
+    host = dst if direct else torch.empty(src.shape, dtype=src.dtype)
+    _raw_d2h(rt, host, src)
+    if not direct:
+        dst.copy_(host)
+
+
+def _read_via_host(rt, src: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of a strided fl tensor, by reading its whole storage."""
+    raw = torch.empty(src.untyped_storage().nbytes(), dtype=torch.uint8)
+    _raw_d2h(rt, raw, src, whole_storage=True)
+    return raw.view(src.dtype).as_strided(src.shape, src.stride(), src.storage_offset()).clone()
+
+
+def _write_via_host(rt, dst: torch.Tensor, host: torch.Tensor) -> None:
+    """dst[...] = host for a strided dst when the vendor has no copy_ kernel:
+    read the storage, write on the host, write the storage back."""
+    _ensure_cpu_allowed(rt, dst.device.index)
+    accounting.record("aten::copy_", accounting.CPU)
+    raw = torch.empty(dst.untyped_storage().nbytes(), dtype=torch.uint8)
+    _raw_d2h(rt, raw, dst, whole_storage=True)
+    raw.view(dst.dtype).as_strided(dst.shape, dst.stride(), dst.storage_offset()).copy_(host)
+    _raw_h2d(rt, dst, raw, whole_storage=True)
+
+
+def _on_device(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
+    if rt.launcher.has_kernel(dst.device.index, "copy_", dst.dtype):
+        rt.launcher.launch("copy_", (dst, src), {})
+    elif dst.dtype == src.dtype and dst.shape == src.shape and dst.is_contiguous() and src.is_contiguous():
+        _raw_device_copy(rt, dst, src)
+    else:
+        _ensure_cpu_allowed(rt, dst.device.index)
+        _host_to_device(rt, dst, src.cpu())
+
+
+def _across_devices(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
+    src_dev, dst_dev = rt.device(src.device.index), rt.device(dst.device.index)
+    if src_dev.plugin is not dst_dev.plugin:
+        _host_to_device(rt, dst, src.cpu())    # different vendors share no memory: stage on the host
+        return
+    dense = src if (src.is_contiguous() and src.dtype == dst.dtype and src.shape == dst.shape) \
+        else src.to(dst.dtype).expand(dst.shape).contiguous()
+    target = dst if dst.is_contiguous() else rt.new_like_contiguous(dst)
+    _raw_device_copy(rt, target, dense)
+    if target is not dst:
+        _on_device(rt, dst, target)
+
+
+def _raw_device_copy(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
+    """memcpy_d2d of two dense, same-dtype, same-shape tensors, on the source's stream,
+    ordered both ways against the destination's stream."""
+    src_index, dst_index = src.device.index, dst.device.index
+    src_dev = rt.device(src_index)
+    src_stream = rt.streams.current(src_index)
+    dst_stream = rt.streams.current(dst_index)
+    rt.order_after_writers(src_index, src_stream, (src,), ())
+    if dst_stream is not src_stream:
+        rt.note_cross_stream()
+        src_stream.wait_stream(dst_stream)      # earlier work on dst may still read the target
+    nbytes = src.numel() * src.element_size()
+    status = src_dev.plugin.api.memcpy_d2d_async(
+        src_stream.handle, rt.device(dst_index).local_index, storage_base(dst),
+        dst.storage_offset() * dst.element_size(), src_dev.local_index, storage_base(src),
+        src.storage_offset() * src.element_size(), nbytes)
+    src_dev.plugin.check(status, f"memcpy_d2d_async(fl:{src_index} -> fl:{dst_index}, {nbytes} bytes)")
+    if dst_stream is not src_stream:
+        dst_stream.wait_stream(src_stream)      # later work on dst sees the copied data
+    rt.mark_written(dst, dst_stream)

@@ -1,0 +1,75 @@
+"""Factories and storage-level ops the runtime implements itself for fl tensors:
+empty / empty_strided (allocation), resize_, set_, _local_scalar_dense.
+"""
+from __future__ import annotations
+
+import torch
+
+from fl_runtime.devices.storage import contiguous_strides, storage_nbytes
+
+_CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+def register(library: torch.library.Library, rt) -> None:
+    def device_index(device) -> int:
+        index = rt.current_device() if device is None or device.index is None else device.index
+        rt.device(index)   # raises DeviceNotFoundError naming what exists
+        return index
+
+    def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+        index = device_index(device)
+        return rt.new_tensor(index, tuple(size), tuple(stride), dtype or torch.get_default_dtype(),
+                             rt.streams.current(index))
+
+    def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+        size = tuple(size)
+        if memory_format in (None, torch.contiguous_format, torch.preserve_format):
+            stride = tuple(contiguous_strides(size))
+        else:
+            stride = torch.empty(size, memory_format=memory_format, device="meta").stride()
+        return empty_strided(size, stride, dtype, layout, device, pin_memory)
+
+    def local_scalar_dense(self):
+        host = torch.empty(self.shape, dtype=self.dtype)   # .item() also takes [1], [1, 1] ...
+        rt.copy_to_host(self, host)
+        return host.item()
+
+    def resize_(self, size, memory_format=None):
+        size = tuple(size)
+        stride = tuple(contiguous_strides(size))
+        needed = storage_nbytes(size, stride, self.element_size()) + self.storage_offset() * self.element_size()
+        if needed > self.untyped_storage().nbytes():
+            bigger = rt.new_tensor(self.device.index, (needed // self.element_size(),), (1,), self.dtype,
+                                   rt.streams.current(self.device.index))
+            old = self.numel()
+            if old:
+                bigger[:old].copy_(self.reshape(-1))
+            return _set_metadata(self, bigger.untyped_storage(), 0, size, stride)
+        return _set_metadata(self, self.untyped_storage(), self.storage_offset(), size, stride)
+
+    def set_storage(self, source, storage_offset=0, size=(), stride=()):
+        return _set_metadata(self, source, storage_offset, tuple(size), tuple(stride))
+
+    library.impl("empty_strided", empty_strided, "PrivateUse1")
+    library.impl("empty.memory_format", empty, "PrivateUse1")
+    library.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
+    library.impl("resize_", resize_, "PrivateUse1")
+    library.impl("set_.source_Storage_storage_offset", set_storage, "PrivateUse1")
+    for name in ("set_.source_Storage", "set_.source_Tensor", "set_"):
+        library.impl(name, _redispatch_to_cpu(name), "PrivateUse1")
+
+
+def _redispatch_to_cpu(name: str):
+    """Storage-metadata ops: PyTorch's CPU kernel for them never reads data."""
+    packet, _, overload = name.partition(".")
+    op = getattr(getattr(torch.ops.aten, packet), overload or "default")
+
+    def kernel(*args, **kwargs):
+        return op.redispatch(_CPU_KEYSET, *args, **kwargs)
+    return kernel
+
+
+def _set_metadata(tensor, storage, offset, size, stride):
+    return torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+        _CPU_KEYSET, tensor, storage, offset, size, stride)
+

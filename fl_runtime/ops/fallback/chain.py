@@ -1,0 +1,238 @@
+"""The fallback chain (F8): where an op with no usable vendor kernel runs.
+
+    vendor kernel -> generic kernel (decomposition) -> CPU fallback -> UnsupportedOpError
+
+The decision is made once per (device, op, dtypes of the tensor arguments) and
+cached (F7): the first call pays for tracing the decomposition on meta
+tensors, later calls pay one dict lookup.  The config switches
+(`fallback.enable_generic_kernel`, `fallback.enable_cpu_fallback`) are read
+when deciding; TORCH_FL_STRICT=1 is read on every fallback call, so a
+debugging session can flip it without restarting, and makes any fallback
+(generic or CPU) an error.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from fl_runtime.errors import UnsupportedOpError
+from fl_runtime.logs import logger
+from fl_runtime.ops import accounting
+from fl_runtime.ops.fallback import generic
+from fl_runtime.ops.fallback.cpu import cpu_fallback, is_view_op
+from fl_runtime.ops.schema import numbers_as_tensors
+
+UNSUPPORTED = "unsupported"
+_MAX_DEPTH = 8      # decompositions nest a few levels; deeper means a cycle we did not see
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where one (device, op, dtypes) runs, and why when it cannot run at all."""
+    path: str                              # accounting.GENERIC, accounting.CPU or UNSUPPORTED
+    decomposition: Callable | None = None
+    reason: str = ""
+
+
+def kernel_name(op: torch._ops.OpOverload) -> str:
+    """'aten::add.Tensor' -> 'add.Tensor', 'aten::mm' -> 'mm' (as kernel tables name ops)."""
+    base = op._schema.name.split("::", 1)[-1]
+    return base if op._overloadname == "default" else f"{base}.{op._overloadname}"
+
+
+def dtype_signature(args, kwargs) -> tuple:
+    return tuple(t.dtype for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor))
+
+
+def strict() -> bool:
+    return os.environ.get("TORCH_FL_STRICT", "") not in ("", "0")
+
+
+class _Running(threading.local):
+    """Per thread: the (device, op) pairs whose generic kernel is running now."""
+
+    def __init__(self) -> None:
+        self.keys: set[tuple] = set()
+
+
+class FallbackChain:
+    """Decides and runs the fallback path of ops on one runtime's devices."""
+
+    def __init__(self, launcher, enable_generic_kernel: bool = True, enable_cpu_fallback: bool = True) -> None:
+        self.launcher = launcher
+        self._decisions: dict[tuple, Decision] = {}
+        self._feasible: dict[tuple, str | None] = {}   # key -> None (feasible) or the problem
+        self._in_progress: set[tuple] = set()
+        self._running = _Running()
+        self.configure(enable_generic_kernel, enable_cpu_fallback)
+
+    def configure(self, enable_generic_kernel: bool, enable_cpu_fallback: bool) -> None:
+        """Set the two switches; forgets earlier decisions (and what it knew of the
+        vendor's kernel tables, so a changed table is seen too)."""
+        self.enable_generic = enable_generic_kernel
+        self.enable_cpu = enable_cpu_fallback
+        self._decisions.clear()
+        self._feasible.clear()
+
+    # -- running -----------------------------------------------------------------
+    def run(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict, device_index: int):
+        """Run `op` through its fallback path on fl:device_index (or raise UnsupportedOpError)."""
+        args, kwargs = numbers_as_tensors(op, args, kwargs)
+        decision = self.decide(op, args, kwargs, device_index)
+        if decision.path == UNSUPPORTED:
+            raise UnsupportedOpError(op.name(), f"fl:{device_index}", decision.reason)
+        if strict():
+            raise UnsupportedOpError(op.name(), f"fl:{device_index}",
+                                     f"TORCH_FL_STRICT is set and the op would run through the "
+                                     f"{decision.path} fallback; unset it to allow fallbacks, or ask the "
+                                     "plugin's vendor for a kernel")
+        if decision.path == accounting.GENERIC:
+            return self._run_generic(op, decision.decomposition, args, kwargs, device_index)
+        return self._cpu(op, args, kwargs, device_index)
+
+    def _run_generic(self, op, decomposition, args: tuple, kwargs: dict, device_index: int):
+        key = (device_index, op)
+        if key in self._running.keys:      # a decomposition calling its own op would never end
+            return self.run_on_cpu(op, args, kwargs, device_index, "its generic kernel calls itself")
+        start = time.perf_counter_ns()
+        self._running.keys.add(key)
+        try:
+            result = generic.run(decomposition, args, kwargs)
+        except Exception as exc:
+            if not self.enable_cpu:
+                raise
+            failure = f"its generic kernel failed: {type(exc).__name__}: {exc}"
+        else:
+            self._account(op.name(), accounting.GENERIC, start, 0)
+            return result
+        finally:
+            self._running.keys.discard(key)
+        return self.run_on_cpu(op, args, kwargs, device_index, failure)
+
+    def run_on_cpu(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict, device_index: int, why: str):
+        """The CPU fallback for a call the vendor kernel cannot take after all (`why`:
+        its meta kernel failed, an argument the ABI cannot carry), when allowed."""
+        self.check_cpu_allowed(op.name(), device_index, f"the vendor kernel cannot take this call ({why})")
+        logger.debug("%s: %s; using the CPU fallback", op.name(), why)
+        return self._cpu(op, *numbers_as_tensors(op, args, kwargs), device_index, why)
+
+    def check_cpu_allowed(self, name: str, device_index: int, why: str) -> None:
+        """Raise UnsupportedOpError when TORCH_FL_STRICT or the config forbids the CPU fallback."""
+        if strict() or not self.enable_cpu:
+            switch = ("TORCH_FL_STRICT is set" if strict() else
+                      "the CPU fallback is off (fallback.enable_cpu_fallback: false)")
+            raise UnsupportedOpError(name, f"fl:{device_index}", f"{why} and {switch}; turn the fallback on, "
+                                     "move this step to the CPU yourself, or ask the plugin's vendor for a kernel")
+
+    def _cpu(self, op, args: tuple, kwargs: dict, device_index: int, why: str | None = None):
+        start = time.perf_counter_ns()
+        result, nbytes = cpu_fallback(op, args, kwargs, device_index, why)
+        self._account(op.name(), accounting.CPU, start, nbytes)
+        return result
+
+    @staticmethod
+    def _account(name: str, path: str, start_ns: int, nbytes: int) -> None:
+        accounting.record(name, path)
+        active = accounting.ACTIVE
+        if active is not None:
+            active.add(name, path, None, start_ns, nbytes)
+
+    # -- deciding ----------------------------------------------------------------
+    def decide(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict, device_index: int) -> Decision:
+        """The cached fallback decision for this call's (device, op, dtypes)."""
+        key = (device_index, op, dtype_signature(args, kwargs))
+        found = self._decisions.get(key)
+        if found is None:
+            found = self._decisions[key] = self._decide(op, args, kwargs, device_index)
+            logger.debug("%s on fl:%d with %s: %s %s", op.name(), device_index, key[2], found.path, found.reason)
+        return found
+
+    def classify(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict, device_index: int) -> str:
+        """native / generic / cpu / unsupported for one call, without running it
+        (views and runtime-implemented ops count as native)."""
+        if self._runs_natively(op, args, kwargs, device_index):
+            return accounting.NATIVE
+        return self.decide(op, args, kwargs, device_index).path
+
+    def _decide(self, op, args, kwargs, device_index: int) -> Decision:
+        reasons = []
+        if not self.enable_generic:
+            reasons.append("the generic kernel is off (fallback.enable_generic_kernel: false)")
+        else:
+            decomposition = generic.decomposition_of(op)
+            problem = ("PyTorch has no decomposition of it" if decomposition is None else
+                       self._generic_problem(op, decomposition, args, kwargs, device_index, 0))
+            if problem is None:
+                return Decision(accounting.GENERIC, decomposition)
+            reasons.append(f"no generic kernel ({problem})")
+        if self.enable_cpu:
+            return Decision(accounting.CPU, reason="; ".join(reasons))
+        reasons.append("the CPU fallback is off (fallback.enable_cpu_fallback: false)")
+        dtypes = ", ".join(sorted({str(d).removeprefix("torch.") for d in dtype_signature(args, kwargs)}))
+        return Decision(UNSUPPORTED, reason=f"the vendor has no kernel for it{f' for {dtypes}' if dtypes else ''}; "
+                        + "; ".join(reasons) + "; turn a fallback on in the config, move this step to "
+                        "the CPU yourself, or ask the plugin's vendor for a kernel")
+
+    def _generic_problem(self, op, decomposition, args, kwargs, device_index: int, depth: int) -> str | None:
+        """None when every leaf of the decomposition runs on fl; else what does not."""
+        key = (device_index, op, dtype_signature(args, kwargs))
+        if key in self._feasible:
+            return self._feasible[key]
+        if key in self._in_progress or depth > _MAX_DEPTH:
+            return f"'{op.name()}' decomposes into itself"
+        self._in_progress.add(key)
+        try:
+            problem = self._leaves_problem(decomposition, args, kwargs, device_index, depth)
+        finally:
+            self._in_progress.discard(key)
+        self._feasible[key] = problem
+        return problem
+
+    def _leaves_problem(self, decomposition, args, kwargs, device_index: int, depth: int) -> str | None:
+        try:
+            leaves = generic.trace_leaves(decomposition, args, kwargs)
+        except generic.InfeasibleDecomposition as exc:
+            return f"its decomposition cannot be traced: {exc}"
+        for leaf in leaves:
+            if generic.routes_to_out(leaf[0]):      # on fl it lands on its out= overload: judge that
+                routed = generic.out_call(*leaf)
+                if routed is None:
+                    return f"it needs '{leaf[0].name()}', whose out= call cannot be checked"
+                leaf = routed
+            func, leaf_args, leaf_kwargs, _ = leaf
+            if self._runs_natively(func, leaf_args, leaf_kwargs, device_index):
+                continue
+            inner = generic.implicit_or_table_decomposition(func)
+            if inner is None:
+                return f"it needs '{func.name()}', which has neither a vendor kernel nor a decomposition"
+            problem = self._generic_problem(func, inner, leaf_args, leaf_kwargs, device_index, depth + 1)
+            if problem is not None:
+                return f"it needs '{func.name()}': {problem}"
+        return None
+
+    def _runs_natively(self, func, args, kwargs, device_index: int) -> bool:
+        """A vendor kernel takes these dtypes, or it is a view or an op the runtime implements."""
+        if not isinstance(func, torch._ops.OpOverload):
+            return False
+        if is_view_op(func):
+            return True
+        name = kernel_name(func)
+        if func.namespace == "aten" and name in self.launcher.op_names:
+            return self.launcher.native_accepts(device_index, name, args, kwargs)
+        # An op with its own PrivateUse1 kernel is implemented by the runtime (copies,
+        # allocation).  An aten op with a CompositeExplicitAutograd kernel (clone,
+        # full_like ...) never reaches the chain: PyTorch runs that composite on fl and its
+        # inner calls take their own paths.  CompositeExplicitAutogradNonFunctional
+        # kernels (gelu, erfcx ...) call the op's out= overload, which does reach the chain,
+        # and prims call back into aten: neither counts as native.
+        qualified = func.name()
+        if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "PrivateUse1"):
+            return True
+        return (func.namespace == "aten" and not generic.routes_to_out(func)
+                and torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CompositeExplicitAutograd"))

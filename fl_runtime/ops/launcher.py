@@ -1,0 +1,182 @@
+"""The hot path: torch op -> vendor kernel on the current stream.
+
+Each op any plugin implements gets one PyTorch kernel for PrivateUse1; per
+call it finds the device, picks the vendor entry from the op table
+(op_table.py) with one dict lookup, takes output layouts from the meta cache,
+allocates outputs, orders the launch after pending writes on other streams,
+marshals and launches.  Calls the vendor cannot take (no kernel on this
+device, dtype not declared, a declined launch) go to the fallback chain.
+While a profile is active, launches are timed and bracketed by vendor events.
+"""
+from __future__ import annotations
+
+from time import perf_counter_ns
+
+import torch
+
+from fl_runtime import abi
+from fl_runtime.abi import ffi
+from fl_runtime.devices.registry import DeviceInfo
+from fl_runtime.devices.streams import Event
+from fl_runtime.ops import accounting
+from fl_runtime.ops.fallback.chain import FallbackChain
+from fl_runtime.ops.marshal import MarshalError, marshal
+from fl_runtime.ops.meta_cache import OutputSpecCache
+from fl_runtime.ops.op_table import KernelChoice
+from fl_runtime.ops.schema import OpPlan, compile_plan
+
+_FL_DTYPE = abi.DTYPE_TO_FL
+_NATIVE = accounting.NATIVE
+_DECLINED = abi.ERROR_NOT_SUPPORTED   # launch_kernel's "not these arguments" (see fl_abi.h)
+
+
+def resize_output(out: torch.Tensor, shape: tuple) -> None:
+    """PyTorch's resize_output for an out= tensor of the wrong shape: resized in place,
+    so the caller's tensor gets the result.  The deprecation warning for resizing a
+    tensor that held elements comes from PyTorch itself, when the meta kernel ran
+    resize_output on the meta copy (once per call signature: the meta result is memoized)."""
+    out.resize_(shape)
+
+
+def _declined_reason(device: DeviceInfo) -> str:
+    raw = device.plugin.api.last_error_message()
+    message = ffi.string(raw).decode(errors="replace") if raw != ffi.NULL else ""
+    return f"launch_kernel returned FL_ERROR_NOT_SUPPORTED: {message or 'no message'}"
+_is_autocast_enabled = torch.is_autocast_enabled
+
+
+class Launcher:
+    """Runs ops on vendor kernels; one per runtime."""
+
+    def __init__(self, runtime) -> None:
+        self.rt = runtime
+        self.op_names: set[str] = runtime.op_names
+        self._plans: dict[str, tuple[OpPlan, OutputSpecCache]] = {}
+        switches = runtime.config.fallback
+        self.chain = FallbackChain(self, switches.enable_generic_kernel, switches.enable_cpu_fallback)
+
+    def register(self, library: torch.library.Library, op_names: set[str], skip: set[str]) -> list[str]:
+        """Give PyTorch a PrivateUse1 kernel for each op not in `skip` (ops the runtime
+        implements itself, e.g. copy_, which call launch() for their device part).
+        Returns the names PyTorch does not know."""
+        unknown = []
+        for name in sorted(op_names - skip):
+            try:
+                self._plan(name)
+            except AttributeError:
+                unknown.append(name)
+                continue
+            library.impl(name, self._make_kernel(name), "PrivateUse1")
+        return unknown
+
+    def _plan(self, name: str) -> tuple[OpPlan, OutputSpecCache]:
+        found = self._plans.get(name)
+        if found is None:
+            plan = compile_plan(name)
+            found = self._plans[name] = (plan, OutputSpecCache(plan))
+        return found
+
+    def has_kernel(self, device_index: int, name: str, dtype: torch.dtype) -> bool:
+        choice = self.rt.device(device_index).kernels.get(name)
+        return choice is not None and bool((choice.dtypes >> abi.DTYPE_TO_FL[dtype]) & 1)
+
+    def native_accepts(self, device_index: int, name: str, args: tuple, kwargs: dict) -> bool:
+        """Whether the vendor kernel for `name` on this device takes these arguments'
+        dtypes (the test launch() makes; used to decide fallbacks without running)."""
+        choice = self.rt.device(device_index).kernels.get(name)
+        if choice is None:
+            return False
+        plan, _ = self._plan(name)
+        values = plan.normalize(args, kwargs)
+        main = values[plan.tensor_arg_indices[0]] if plan.tensor_arg_indices else None
+        return not isinstance(main, torch.Tensor) or bool((choice.dtypes >> _FL_DTYPE[main.dtype]) & 1)
+
+    def _make_kernel(self, name: str):
+        launch = self.launch
+
+        def kernel(*args, **kwargs):
+            return launch(name, args, kwargs)
+        kernel.__name__ = f"fl_{name.replace('.', '_')}"
+        return kernel
+
+    def launch(self, name: str, args: tuple, kwargs: dict):
+        prof = accounting.ACTIVE
+        start = perf_counter_ns() if prof is not None else 0
+        plan, spec_cache = self._plan(name)
+        values = plan.normalize(args, kwargs)
+        device = self._device_of(plan, values)
+        choice = device.kernels.get(name)
+        if choice is not None and choice.autocast is not None and _is_autocast_enabled("fl"):
+            choice = choice.autocast
+        main = values[plan.tensor_arg_indices[0]] if plan.tensor_arg_indices else None
+        if choice is None or (isinstance(main, torch.Tensor) and not (choice.dtypes >> _FL_DTYPE[main.dtype]) & 1):
+            return self.chain.run(plan.op, args, kwargs, device.index)
+        try:
+            entry = spec_cache.lookup(values)
+        except (NotImplementedError, RuntimeError) as exc:
+            return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, f"its meta kernel failed ({exc})")
+        rt = self.rt
+        stream = rt.streams.current(device.index)
+        outputs = self._outputs(plan, values, entry.specs, device, stream)
+        try:
+            c_args, count = marshal(plan, values, outputs,
+                                    rt.rng.taker(device.index) if plan.has_generator else None, entry)
+        except MarshalError as exc:
+            return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, str(exc))
+        rt.order_after_writers(device.index, stream, values, outputs)
+        if prof is None:
+            status = choice.launch_fn(stream.handle, choice.entry, c_args, count)
+        else:
+            status = self._profiled_launch(prof, start, plan.qualified_name, choice, device, stream, c_args, count)
+        if status != abi.SUCCESS:
+            if status == _DECLINED:    # nothing was enqueued; the outputs are simply dropped
+                return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, _declined_reason(device))
+            device.plugin.check(status, f"launch_kernel({name}) on fl:{device.index}")
+        if prof is None:
+            accounting.record(plan.qualified_name, _NATIVE)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    @staticmethod
+    def _profiled_launch(prof, start: int, name: str, choice: KernelChoice, device: DeviceInfo,
+                         stream, c_args, count: int) -> int:
+        """launch_kernel between two vendor events, timed on the host (profiles only)."""
+        begin, end = prof.device_events(device, stream, Event)
+        status = choice.launch_fn(stream.handle, choice.entry, c_args, count)
+        if status == abi.SUCCESS:
+            row = prof.add(name, _NATIVE, choice.variant_name, start)
+            prof.end_device_span(row, device.index, begin, end, stream)
+            accounting.record(name, _NATIVE)
+        return status
+
+    def _device_of(self, plan: OpPlan, values: list) -> DeviceInfo:
+        found = -1
+        for i in plan.tensor_arg_indices:
+            t = values[i]
+            if isinstance(t, torch.Tensor):
+                index = t.get_device()       # -1 for CPU tensors (wrapped scalars)
+                if found < 0:
+                    found = index
+                elif 0 <= index != found:
+                    raise RuntimeError(f"{plan.name}: expected all tensors on the same device, "
+                                       f"found fl:{found} and fl:{index}")
+        if found < 0:
+            for i in plan.list_tensor_arg_indices:
+                for t in values[i] or ():
+                    if t is not None and t.get_device() >= 0:
+                        found = t.get_device()
+                        break
+        return self.rt.devices[found] if found >= 0 else self.rt.device(0)
+
+    def _outputs(self, plan: OpPlan, values: list, specs, device: DeviceInfo, stream) -> list:
+        outputs = []
+        for alias_index, spec, is_out in zip(plan.returns_alias, specs, plan.out_returns):
+            if alias_index is not None:
+                if is_out and spec is not None and values[alias_index].shape != spec[0]:
+                    resize_output(values[alias_index], spec[0])
+                outputs.append(values[alias_index])
+            elif spec is None:
+                outputs.append(None)
+            else:
+                outputs.append(self.rt.new_tensor_from_spec(device.index, spec, stream))
+        return outputs
+

@@ -1,0 +1,152 @@
+"""Schema-ordered Python values -> the ABI's fl_arg array (see fl_abi.h).
+
+This is on the path of every op, so it writes the C structs with
+struct.pack_into into a per-thread scratch arena instead of allocating cffi
+objects: the ABI says the plugin copies what it keeps before launch_kernel
+returns, so the arena is reused by the next launch on the same thread.
+
+The first launch of an input signature (shapes, strides, dtypes, ints) records
+a template: the arena's bytes plus the sites that change from call to call
+(tensor addresses, float scalars, wrapped numbers, random state).  Later
+launches of the signature copy the bytes and patch those sites only.
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from fl_runtime.abi import convention as cv
+from fl_runtime.abi.convention import (ARG_FLOAT, ARG_SIZE, BASE_AND_OFFSET, BASE_OFFSET, INT64S, TAG_GENERATOR,
+                                       TAG_INT_LIST, TAG_VALUE, Arena, ArenaFull)
+from fl_runtime.abi import ARG_FLOAT as _KIND_FLOAT
+from fl_runtime.ops.schema import OpPlan
+
+MarshalError = cv.EncodeError      # a value the ABI cannot carry (the launcher falls back)
+_local = threading.local()
+
+
+def _arena(min_size: int = 1 << 16) -> Arena:
+    arena = getattr(_local, "arena", None)
+    if arena is None or arena.size < min_size:
+        arena = _local.arena = Arena(max(min_size, 1 << 16))
+    return arena
+
+
+def _tensor(arena: Arena, t: torch.Tensor) -> int:
+    """Write an fl_tensor for t; returns its address."""
+    offset = t.storage_offset() * t.dtype.itemsize
+    base = t.data_ptr() - offset
+    if base < 0:                 # an empty tensor has no storage (data_ptr 0); nothing is read
+        base = offset = 0
+    return cv.put_tensor(arena, base, offset, t.dtype, t.shape, t.stride())
+
+
+def _value(arena: Arena, slot: int, tag: int, value, sites: list, source: int) -> None:
+    """One schema value, recording the sites a later launch of the signature patches."""
+    if isinstance(value, torch.Tensor) and value.is_cpu and tag == TAG_VALUE:
+        if value.dim() != 0:
+            raise RuntimeError("Expected all tensors to be on the same device, but found a CPU tensor "
+                               f"of shape {tuple(value.shape)} next to fl tensors")
+        cv.put_scalar(arena, slot, value.item())     # PyTorch's wrapped numbers travel as scalars
+        sites.append((_SITE_WRAPPED, slot, source, 0))
+        return
+    listed = [0]
+
+    def tensor(t) -> int | None:
+        if not isinstance(t, torch.Tensor):
+            listed[0] += t is None       # a None entry of a Tensor?[] still has a position
+            return None
+        address = _tensor(arena, t)
+        if tag == TAG_VALUE:
+            sites.append((_SITE_TENSOR, address - arena.address + BASE_OFFSET, source, 0))
+        else:
+            sites.append((_SITE_LIST_TENSOR, address - arena.address + BASE_OFFSET, source, listed[0]))
+        listed[0] += 1
+        return address
+
+    cv.put_value(arena, slot, tag, value, tensor)
+    if tag == TAG_VALUE and isinstance(value, float):
+        sites.append((_SITE_FLOAT, slot, source, 0))
+
+
+# Sites a template patches on every launch: (kind, byte offset in the arena, value index, list index)
+_SITE_TENSOR, _SITE_LIST_TENSOR, _SITE_OUTPUT, _SITE_FLOAT, _SITE_WRAPPED, _SITE_RNG = range(6)
+
+
+class Template:
+    """The arena bytes of one signature's launch and the sites that vary."""
+    __slots__ = ("arena", "blob", "sites")
+
+    def __init__(self, arena: Arena, sites: list) -> None:
+        self.arena = arena
+        self.blob = bytes(arena.mem[0:arena.top])
+        self.sites = tuple(sites)
+
+
+def marshal(plan: OpPlan, values: list, outputs: list, take_rng, entry) -> tuple:
+    """Build the fl_arg array for one launch: schema args, then outputs.
+
+    take_rng(numel) gives the (seed, offset) pair for a Generator argument;
+    `entry` is the signature's cache entry (its .template is read and set here).
+    Returns (pointer to the args, count); valid until the next marshal on this thread.
+    """
+    count = len(values) + len(outputs)
+    if count > Arena.ARGS:
+        raise MarshalError(f"{plan.name}: {count} arguments exceed the {Arena.ARGS} a call can carry")
+    arena = _arena()
+    template = entry.template
+    if template is not None and template.arena is arena:
+        _replay(template, arena, values, outputs, take_rng)
+        return arena.args, count
+    while True:
+        try:
+            sites: list = []
+            _fill(arena, plan, values, outputs, take_rng, sites)
+            entry.template = Template(arena, sites)
+            return arena.args, count
+        except ArenaFull:
+            arena = _arena(arena.size * 4)
+
+
+def _replay(template: Template, arena: Arena, values: list, outputs: list, take_rng) -> None:
+    mem = arena.mem
+    mem[0:len(template.blob)] = template.blob
+    for kind, at, i, j in template.sites:
+        if kind <= _SITE_OUTPUT:
+            t = values[i] if kind == _SITE_TENSOR else values[i][j] if kind == _SITE_LIST_TENSOR else outputs[i]
+            offset = t.storage_offset() * t.dtype.itemsize
+            base = t.data_ptr() - offset
+            if base < 0:         # empty tensor, as in _tensor
+                base = offset = 0
+            BASE_AND_OFFSET.pack_into(mem, at, base, offset)
+        elif kind == _SITE_FLOAT:
+            ARG_FLOAT.pack_into(mem, at, _KIND_FLOAT, 0, values[i])
+        elif kind == _SITE_WRAPPED:
+            cv.put_scalar(arena, at, values[i].item())
+        else:
+            numel = sum(o.numel() for o in outputs if o is not None)
+            INT64S[2].pack_into(mem, at, *take_rng(numel))
+
+
+def _fill(arena: Arena, plan: OpPlan, values: list, outputs: list, take_rng, sites: list) -> None:
+    arena.start()
+    slot = 0
+    for i, (spec, value) in enumerate(zip(plan.args, values)):
+        if spec.tag == TAG_GENERATOR:
+            if value is not None:
+                raise MarshalError("an explicit torch.Generator is not supported by fl kernels yet")
+            numel = sum(o.numel() for o in outputs if o is not None)
+            at = cv.put_list(arena, slot, TAG_INT_LIST, take_rng(numel))
+            sites.append((_SITE_RNG, at, i, 0))
+        else:
+            _value(arena, slot, spec.tag, value, sites, i)
+        slot += ARG_SIZE
+    for j, out in enumerate(outputs):
+        if out is None:
+            cv.put_none(arena, slot)
+        else:
+            address = _tensor(arena, out)
+            cv.put_tensor_arg(arena, slot, address)
+            sites.append((_SITE_OUTPUT, address - arena.address + BASE_OFFSET, j, 0))
+        slot += ARG_SIZE

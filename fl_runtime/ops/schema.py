@@ -1,0 +1,116 @@
+"""What the runtime needs to know about an ATen op's schema, compiled once per op.
+
+An OpPlan says, for each schema argument, its name, default and how it is
+marshaled, and for each return whether it is a fresh tensor or a mutated
+argument (in-place and out= overloads).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fl_runtime.abi.convention import TAG_GENERATOR, TAG_TENSOR_LIST, tag_of, unwrap_optional
+
+_NO_DEFAULT = object()
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    name: str
+    kwarg_only: bool
+    default: object
+    tag: int
+    is_tensor: bool
+
+    @property
+    def required(self) -> bool:
+        """No default: every call must pass it."""
+        return self.default is _NO_DEFAULT
+
+
+@dataclass(frozen=True)
+class OpPlan:
+    op: torch._ops.OpOverload
+    name: str                         # "add.Tensor", as kernel tables name it
+    qualified_name: str               # "aten::add.Tensor", as PyTorch's messages name it
+    args: tuple[ArgSpec, ...]
+    returns_alias: tuple[int | None, ...]   # per return: index of the mutated arg, or None
+    tensor_arg_indices: tuple[int, ...]
+    list_tensor_arg_indices: tuple[int, ...]
+    is_inplace_or_out: bool
+    has_generator: bool
+    out_returns: tuple[bool, ...]     # per return: is it an out= argument (resized to fit)?
+
+    def normalize(self, args: tuple, kwargs: dict) -> list:
+        """Schema-ordered values of every argument, defaults filled in."""
+        values = list(args)
+        for spec in self.args[len(args):]:
+            value = kwargs.get(spec.name, spec.default)
+            if value is _NO_DEFAULT:
+                raise TypeError(f"{self.name}: missing argument '{spec.name}'")
+            values.append(value)
+        return values
+
+
+def op_overload(name: str) -> torch._ops.OpOverload:
+    """torch.ops.aten overload for 'add.Tensor' / 'mm' (raises AttributeError if unknown)."""
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, packet), overload or "default")
+
+
+def compile_plan(name: str) -> OpPlan:
+    op = op_overload(name)
+    schema = op._schema
+    specs = []
+    for arg in schema.arguments:
+        type_str = str(arg.type)
+        default = arg.default_value if arg.has_default_value() else _NO_DEFAULT
+        specs.append(ArgSpec(arg.name, arg.kwarg_only, default, tag_of(type_str),
+                             unwrap_optional(type_str) == "Tensor"))
+    returns_alias = []
+    for ret in schema.returns:
+        alias = ret.alias_info
+        index = None
+        if alias is not None and alias.is_write:
+            index = next(i for i, a in enumerate(schema.arguments)
+                         if a.alias_info is not None and a.alias_info.before_set == alias.before_set)
+        returns_alias.append(index)
+    return OpPlan(op=op, name=name, qualified_name=op.name(), args=tuple(specs), returns_alias=tuple(returns_alias),
+                  tensor_arg_indices=tuple(i for i, s in enumerate(specs) if s.is_tensor),
+                  list_tensor_arg_indices=tuple(i for i, s in enumerate(specs) if s.tag == TAG_TENSOR_LIST),
+                  is_inplace_or_out=any(i is not None for i in returns_alias),
+                  has_generator=any(s.tag == TAG_GENERATOR for s in specs),
+                  out_returns=tuple(i is not None and specs[i].kwarg_only for i in returns_alias))
+
+
+_NUMBER_TYPES = (bool, int, float, complex)
+
+
+def numbers_as_tensors(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """`args`/`kwargs` with Python numbers in Tensor slots made 0-dim CPU tensors.
+
+    PyTorch hands a Python kernel a wrapped-number tensor (the 3 of `x |= 3`,
+    which reaches us as bitwise_or.Tensor_out) as a Python number, and calling
+    the overload back with it fails ("Unable to cast 3 to Tensor") for every op
+    but the few PyTorch lets take numbers.  The tensor gets the dtype the number
+    promotes to against the call's first tensor, so the result dtype is the one
+    the wrapped number gave.  Only the fallback paths call this (the vendor path
+    marshals numbers directly)."""
+    if not any(isinstance(v, _NUMBER_TYPES) for v in (*args, *kwargs.values())):
+        return args, kwargs
+    schema_args = op._schema.arguments
+    slots = [i for i, a in enumerate(schema_args) if unwrap_optional(str(a.type)) == "Tensor"]
+    args, kwargs = list(args), dict(kwargs)
+    reference = next((v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)), None)
+    for i in slots:
+        if i < len(args):
+            if isinstance(args[i], _NUMBER_TYPES):
+                args[i] = _number_tensor(args[i], reference)
+        elif isinstance(kwargs.get(schema_args[i].name), _NUMBER_TYPES):
+            kwargs[schema_args[i].name] = _number_tensor(kwargs[schema_args[i].name], reference)
+    return tuple(args), kwargs
+
+
+def _number_tensor(value, reference: torch.Tensor | None) -> torch.Tensor:
+    return torch.tensor(value, dtype=torch.result_type(reference, value) if reference is not None else None)
