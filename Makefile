@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=23"
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
 install: $(STAMP)

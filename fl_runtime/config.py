@@ -38,7 +38,7 @@ VARIANTS = ("precise", "fast")
 
 @dataclass(frozen=True)
 class KernelsConfig:
-    """Which vendor kernel variant runs when a vendor offers both (F9)."""
+    """Which vendor kernel variant runs when a vendor offers both (README "Fallbacks, profiling and coverage")."""
     variant: str = "precise"                       # the global policy
     per_op: tuple[tuple[str, str], ...] = ()       # (kernel-table op name, variant); beats the rest
     fast_under_autocast: bool = True               # inside torch.autocast("fl"), prefer fast

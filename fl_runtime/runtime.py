@@ -122,7 +122,7 @@ class Runtime:
     def copy_to_host(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         copy_to_host(self, src, dst)
 
-    # -- ordering across streams (F6) ------------------------------------------
+    # -- ordering across streams (README "Device API") ------------------------------------------
     def note_cross_stream(self) -> None:
         self._cross_stream = True
 

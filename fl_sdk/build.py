@@ -66,37 +66,39 @@ def compiler() -> str:
     return cc
 
 
-def build_command(spec: PluginSpec) -> list[str]:
+def build_command(spec: PluginSpec, output: Path | None = None) -> list[str]:
     sources = sorted({str(p) for pattern in spec.sources for p in spec.directory.glob(pattern)})
     if not sources:
         raise BuildError(f"{spec.directory}: plugin.yaml sources {spec.sources} match no file")
     links = [flag for name in spec.links for flag in _link_flags(name)]
     return [compiler(), *BASE_FLAGS, *spec.cflags, f"-I{INCLUDE_DIR}", f"-I{spec.directory / 'src'}",
-            *sources, "-o", str(spec.library_path), *links, "-lm"]
+            *sources, "-o", str(output or spec.library_path), *links, "-lm"]
 
 
-def build(directory: str | Path, force: bool = False, verbose: bool = False) -> Path:
-    """Compile the plugin in `directory`; returns the library path.  Skips an up-to-date build."""
+def build(directory: str | Path, force: bool = False, verbose: bool = False, output: Path | None = None) -> Path:
+    """Compile the plugin in `directory`; returns the library path (`output`, default the
+    plugin.yaml's library beside the sources).  Skips an up-to-date build."""
     spec = read_spec(Path(directory).resolve())
-    command = build_command(spec)
-    if not force and _up_to_date(spec, command):
-        return spec.library_path
+    target = Path(output).resolve() if output else spec.library_path
+    command = build_command(spec, target)
+    if not force and _up_to_date(spec, command, target):
+        return target
     if verbose:
         print(" ".join(command))
     # Link into a temporary name and rename: a process that has the old library
     # mapped (or dlopens it right now) never sees a half-written file.
-    partial = spec.library_path.with_name(f".{spec.library_path.name}.{os.getpid()}.partial")
-    command[command.index(str(spec.library_path))] = str(partial)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    command[command.index(str(target))] = str(partial)
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         partial.unlink(missing_ok=True)
         raise BuildError(f"building {spec.library} failed:\n{result.stderr.strip()}")
-    os.replace(partial, spec.library_path)
-    return spec.library_path
+    os.replace(partial, target)
+    return target
 
 
-def _up_to_date(spec: PluginSpec, command: list[str]) -> bool:
-    target = spec.library_path
+def _up_to_date(spec: PluginSpec, command: list[str], target: Path) -> bool:
     if not target.exists():
         return False
     inputs = [Path(p) for p in command if p.endswith(".c")]

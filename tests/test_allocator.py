@@ -1,4 +1,4 @@
-"""F4/F5: allocation through the vendor honours alignment; the caching pool
+"""Allocation through the vendor honours alignment; the caching pool
 makes a steady loop allocation-free at the vendor."""
 import torch
 

@@ -1,4 +1,4 @@
-"""F10: autograd on fl:0 and fl:1 gives the CPU's gradients."""
+"""autograd on fl:0 and fl:1 gives the CPU's gradients."""
 import pytest
 import torch
 

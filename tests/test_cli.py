@@ -1,4 +1,4 @@
-"""`torch-fl devices` and `torch-fl doctor` (F17), text and --json.
+"""`torch-fl devices` and `torch-fl doctor` (README "Device API"), text and --json.
 
 Each scenario runs in a fresh process (the runtime is per process); the
 doctor's verdict per check and its exit status are asserted."""

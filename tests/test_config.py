@@ -1,4 +1,4 @@
-"""F12: the config file, validated, with errors that name the key."""
+"""the config file, validated, with errors that name the key."""
 import pytest
 import yaml
 from hypothesis import given, strategies as st

@@ -1,4 +1,4 @@
-"""F6/F18: copies host<->fl and fl:i->fl:j are ordered after the writes that
+"""Copies host<->fl and fl:i->fl:j are ordered after the writes that
 produced their source, also across streams."""
 import torch
 

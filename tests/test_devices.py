@@ -1,4 +1,4 @@
-"""F1-F3: discovery, one flat stable list fl:0..N, list_devices, __version__."""
+"""Discovery, one flat stable list fl:0..N, list_devices, __version__."""
 import json
 
 import pytest

@@ -1,4 +1,4 @@
-"""torch.fl.Event: record, wait, query, synchronize, elapsed_time (F11)."""
+"""torch.fl.Event: record, wait, query, synchronize, elapsed_time (README "Device API")."""
 import pytest
 import torch
 

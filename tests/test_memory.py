@@ -1,4 +1,4 @@
-"""torch.fl memory API over the caching allocator (F5)."""
+"""torch.fl memory API over the caching allocator (README "Device API")."""
 import gc
 
 import torch

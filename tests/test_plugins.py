@@ -1,4 +1,4 @@
-"""Plugin discovery and ABI negotiation (F1, F14, F21): a bad plugin is named,
+"""Plugin discovery and ABI negotiation: a bad plugin is named,
 explained and skipped, never fatal."""
 import json
 import subprocess

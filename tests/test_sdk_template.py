@@ -1,4 +1,4 @@
-"""The vendor template and `fl-sdk new` / `update` (issue 4).
+"""The vendor template and `fl-sdk new` / `update` (README "Writing a plugin").
 
 End to end through the command line, as a vendor would: scaffold, build, load
 next to the reference vendor, run the conformance categories the template

@@ -1,4 +1,4 @@
-"""torch.save / torch.load of fl tensors, modules and optimizer state (F10)."""
+"""torch.save / torch.load of fl tensors, modules and optimizer state (README "Device API")."""
 import io
 
 import pytest

@@ -1,4 +1,4 @@
-"""F2: device IDs are stable across restarts and across plugin load order, with
+"""device IDs are stable across restarts and across plugin load order, with
 two vendor plugins installed (the reference vendor and a rebuild of it posing
 as vendor type 'reference2', see tests/second_vendor/)."""
 import json

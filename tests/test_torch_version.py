@@ -1,4 +1,4 @@
-"""F14: an unsupported PyTorch is refused at import with both versions named."""
+"""an unsupported PyTorch is refused at import with both versions named."""
 import pytest
 
 from fl_runtime.errors import TorchVersionError

@@ -1,4 +1,4 @@
-"""F10: views, in-place ops and aliasing behave exactly as on the CPU."""
+"""views, in-place ops and aliasing behave exactly as on the CPU."""
 import torch
 
 

@@ -4,7 +4,7 @@ Blocks freed by PyTorch go back to a pool keyed by (stream, rounded size) and
 are handed out again without a vendor call, so a steady training loop makes no
 vendor allocation per op.  A block is only reused on the stream it was
 allocated on (FIFO order makes that safe); if other streams used it, it waits
-for events recorded on those streams first (F6).
+for events recorded on those streams first (README "Device API").
 """
 from __future__ import annotations
 

@@ -231,7 +231,7 @@ class StreamRegistry:
 
 def register_record_stream(library, rt) -> None:
     """aten::record_stream for fl tensors (PyTorch routes Tensor.record_stream there):
-    tell the tensor's allocator that `stream` uses its block (F6)."""
+    tell the tensor's allocator that `stream` uses its block (README "Device API")."""
     from fl_runtime.devices.storage import storage_base
 
     def record_stream(self: torch.Tensor, s: torch.Stream) -> None:

@@ -1,7 +1,7 @@
 """copy_ for fl tensors: host<->fl, fl:i->fl:j in one plugin, and across plugins.
 
 Every copy is ordered after the pending writes on the streams that produced
-its source (F6, F18): the runtime tracks the last writer stream per block.
+its source (README "Device API"): the runtime tracks the last writer stream per block.
 Copies from the host are synchronous (the host buffer may change right after
 copy_ returns); copies to the host wait for the data by definition.
 Converting or strided copies on a device use the vendor's `copy_` kernel; a

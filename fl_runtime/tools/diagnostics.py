@@ -1,4 +1,4 @@
-"""The checks behind `torch-fl doctor` (F17), in the order one troubleshoots.
+"""The checks behind `torch-fl doctor` (README "Device API"), in the order one troubleshoots.
 
 1. plugins found      (entry points, TORCH_FL_PLUGINS, config `plugins:`)
 2. plugins load       (the library opens and exports fl_plugin_get_api)

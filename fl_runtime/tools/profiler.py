@@ -1,4 +1,4 @@
-"""Per-op path accounting (always on) and the profiler (on request), F15.
+"""Per-op path accounting (always on) and the profiler (on request) (README "Fallbacks, profiling and coverage").
 
 Two levels, one source of truth:
 

@@ -1,9 +1,9 @@
-"""The fallback chain (F8): where an op with no usable vendor kernel runs.
+"""The fallback chain (README "Fallbacks, profiling and coverage"): where an op with no usable vendor kernel runs.
 
     vendor kernel -> generic kernel (decomposition) -> CPU fallback -> UnsupportedOpError
 
 The decision is made once per (device, op, dtypes of the tensor arguments) and
-cached (F7): the first call pays for tracing the decomposition on meta
+cached (README "Fallbacks, profiling and coverage"): the first call pays for tracing the decomposition on meta
 tensors, later calls pay one dict lookup.  The config switches
 (`fallback.enable_generic_kernel`, `fallback.enable_cpu_fallback`) are read
 when deciding; TORCH_FL_STRICT=1 is read on every fallback call, so a

@@ -1,0 +1,41 @@
+"""Build hook: compile the reference vendor's plugin while the package is built.
+
+`pip install torch-fl` (no extras, no make) must give working fl devices, so the
+reference plugin's C sources are compiled here with the SDK's own builder
+(fl_sdk/build.py reads reference_vendor/plugin.yaml) into the package being
+built; an editable install compiles it in place, as `make build` does.
+Everything else about the package is in pyproject.toml.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from setuptools import Distribution, setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+
+
+class BuildPyWithReferencePlugin(build_py):
+    def run(self) -> None:
+        super().run()
+        sys.path.insert(0, str(ROOT))       # the builder of the checkout being installed
+        from fl_sdk.build import build, read_spec
+        source = ROOT / "reference_vendor"
+        if getattr(self, "editable_mode", False):
+            output = None                   # beside the sources, where the editable package looks
+        else:
+            output = Path(self.build_lib) / "reference_vendor" / read_spec(source).library
+        built = build(source, output=output)
+        print(f"torch-fl: built the reference vendor plugin {built}")
+
+
+class PlatformDistribution(Distribution):
+    """The wheel carries a compiled plugin: tag it for this platform, not py3-none-any."""
+
+    def has_ext_modules(self) -> bool:
+        return True
+
+
+setup(cmdclass={"build_py": BuildPyWithReferencePlugin}, distclass=PlatformDistribution)
