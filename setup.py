@@ -27,7 +27,7 @@ class BuildPyWithReferencePlugin(build_py):
             output = None                   # beside the sources, where the editable package looks
         else:
             output = Path(self.build_lib) / "reference_vendor" / read_spec(source).library
-        built = build(source, output=output)
+        built = build(source, output=output, force=True)   # the builder itself may have changed
         print(f"torch-fl: built the reference vendor plugin {built}")
 
 

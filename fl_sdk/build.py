@@ -53,7 +53,11 @@ def _link_flags(name: str) -> list[str]:
     if name == "openblas":
         import scipy_openblas32 as blas
         lib_dir = blas.get_lib_dir()
-        return [f"-I{blas.get_include_dir()}", f"-L{lib_dir}", "-lscipy_openblas", f"-Wl,-rpath,{lib_dir}"]
+        # Two run paths: where the package is now (source and editable builds), and where it
+        # is relative to an installed plugin package in the same site-packages (a wheel built
+        # in pip's isolated build environment, whose lib_dir is gone after the build).
+        return [f"-I{blas.get_include_dir()}", f"-L{lib_dir}", "-lscipy_openblas", f"-Wl,-rpath,{lib_dir}",
+                "-Wl,-rpath,$ORIGIN/../scipy_openblas32/lib"]
     if name in ("m", "dl", "rt"):
         return [f"-l{name}"]
     raise BuildError(f"unknown library '{name}' in plugin.yaml link: (known: openblas, m, dl, rt)")

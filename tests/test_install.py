@@ -1,0 +1,76 @@
+"""`pip install torch-fl` with no extras and no `make`, in a fresh venv, gives working devices
+(README, "Set-up: two commands"): the reference plugin is compiled during the install, and
+importing torch_fl pulls in none of the SDK's or the tests' dependencies.
+
+This is the slowest end-to-end test (a venv, PyTorch copied in from the package cache,
+the plugin compiled): about two minutes on two cores.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SNIPPET = textwrap.dedent("""
+    import sys, torch, torch_fl
+    devices = torch_fl.list_devices()
+    assert [d["device"] for d in devices][:2] == ["fl:0", "fl:1"], devices
+    a = torch.randn(64, 64)
+    b = torch.randn(64, 64)
+    z = torch.matmul(a.to("fl:0"), b.to("fl:0"))
+    moved = z.to("fl:1")
+    assert moved.device == torch.device("fl:1")
+    torch.testing.assert_close(moved.cpu(), a @ b, rtol=1e-5, atol=1e-5)
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in
+                   ("pytest", "hypothesis", "copier", "jsonschema", "xmlschema", "expecttest", "conformance", "fl_sdk"))
+    print("loaded:", heavy)
+    print("plugin:", devices[0]["plugin_path"])
+""")
+
+
+@pytest.fixture(scope="module")
+def plain_venv(tmp_path_factory):
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.fail("the install compiles the reference plugin: a C compiler must be on PATH")
+    venv = tmp_path_factory.mktemp("plain") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    # A copy of the checkout without build outputs, as a user's clone would be.
+    source = tmp_path_factory.mktemp("src") / "torch-fl"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "*.so", "build", "*.egg-info",
+                                                                 "__pycache__", ".hypothesis", ".pytest_cache"))
+    torch_pin = f"torch=={_installed('torch')}"       # never let pip reach for another PyTorch
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    result = subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(source), torch_pin],
+                            capture_output=True, text=True, env=env, timeout=1500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return python, env
+
+
+def _installed(name: str) -> str:
+    from importlib.metadata import version
+    return version(name).split("+")[0]
+
+
+def test_plain_install_has_devices_and_no_sdk_dependencies(plain_venv, tmp_path):
+    python, env = plain_venv
+    result = subprocess.run([str(python), "-c", SNIPPET], capture_output=True, text=True, env=env,
+                            cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "loaded: []" in result.stdout
+    assert "site-packages" in result.stdout      # the installed plugin, not the checkout's
+
+
+def test_plain_install_lacks_the_sdk_extras(plain_venv, tmp_path):
+    """The SDK's and tests' dependencies are extras (torch-fl[sdk], torch-fl[test]), not installed."""
+    python, env = plain_venv
+    result = subprocess.run([str(python), "-c", "import importlib.util as u; "
+                             "print([m for m in ('copier', 'hypothesis', 'pytest', 'jsonschema', 'xmlschema') "
+                             "if u.find_spec(m)])"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr
