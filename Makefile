@@ -6,7 +6,16 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench build install clean
+# The newer supported PyTorch minor (README "Supported PyTorch versions"): `make test` also
+# runs a subset of the tests under it, in its own venv, on the very same plugin binary.
+NEXT_TORCH ?= 2.14.1
+NEXT_VENV  ?= .venv-torch-next
+NEXT_PY    := $(NEXT_VENV)/bin/python
+NEXT_TESTS := tests/test_torch_version.py tests/test_architecture.py tests/test_ops.py tests/test_native_ops.py \
+              tests/test_autograd.py tests/test_views_and_inplace.py tests/test_streams.py tests/test_memory.py \
+              tests/test_copies_and_streams.py tests/test_serialization.py tests/test_e2e_training.py
+
+.PHONY: demo test test-torch-next bench build install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,9 +33,19 @@ demo: build
 
 test: build
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --durations=15
+	$(MAKE) test-torch-next
+
+test-torch-next: build
+	test -x $(NEXT_PY) || $(PYTHON) -m venv $(NEXT_VENV)
+	sha256sum reference_vendor/libfl_reference.so > $(NEXT_VENV)/plugin.sha256
+	$(NEXT_PY) -m pip install --quiet --upgrade "pip>=23"
+	$(NEXT_PY) -m pip install --quiet "torch==$(NEXT_TORCH)" -e ".[test]"
+	sha256sum --check --quiet $(NEXT_VENV)/plugin.sha256    # the install did not rebuild the plugin
+	HYPOTHESIS_PROFILE=ci $(NEXT_PY) -m pytest -q $(NEXT_TESTS)
+	$(NEXT_PY) -m fl_sdk test reference --profile ci -k "abi or memory or streams"
 
 bench: build
 	$(PY) benchmarks/bench.py
 
 clean:
-	rm -rf $(VENV) reference_vendor/*.so
+	rm -rf $(VENV) $(NEXT_VENV) reference_vendor/*.so

@@ -9,6 +9,7 @@ Everything else about the package is in pyproject.toml.
 from __future__ import annotations
 
 import sys
+import sysconfig
 from pathlib import Path
 
 from setuptools import Distribution, setup
@@ -24,11 +25,20 @@ class BuildPyWithReferencePlugin(build_py):
         from fl_sdk.build import build, read_spec
         source = ROOT / "reference_vendor"
         if getattr(self, "editable_mode", False):
-            output = None                   # beside the sources, where the editable package looks
+            # beside the sources, where the editable package looks; an up-to-date library is
+            # kept, so a second venv (another PyTorch) uses the very same binary
+            built = build(source, run_paths=_target_blas_dirs())
         else:
             output = Path(self.build_lib) / "reference_vendor" / read_spec(source).library
-        built = build(source, output=output, force=True)   # the builder itself may have changed
+            built = build(source, output=output, force=True)   # a fresh build tree: always compile
         print(f"torch-fl: built the reference vendor plugin {built}")
+
+
+def _target_blas_dirs() -> tuple[str, ...]:
+    """Where the environment being installed into will have OpenBLAS (a runtime dependency):
+    pip's isolated build runs the target interpreter, so sysconfig names its site-packages,
+    while the scipy_openblas32 the builder sees lives in a temporary overlay."""
+    return (str(Path(sysconfig.get_paths()["purelib"]) / "scipy_openblas32" / "lib"),)
 
 
 class PlatformDistribution(Distribution):

@@ -19,11 +19,18 @@ _PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 
 def supported_torch_range() -> str:
-    """The torch version specifier this build of Torch-FL declares, e.g. '<2.14,>=2.13'."""
-    try:
-        requirements = importlib.metadata.requires("torch-fl") or []
-    except importlib.metadata.PackageNotFoundError:
+    """The torch version specifier this build of Torch-FL declares, e.g. '<2.15,>=2.13'.
+
+    Running from a source checkout (editable installs too), pyproject.toml beside the
+    package is the truth: installed metadata, or a stale *.egg-info left in the tree by
+    an earlier build, may describe another revision."""
+    if _PYPROJECT.is_file():
         requirements = re.findall(r'"(torch[<>=!~ ][^"]*)"', _PYPROJECT.read_text())
+    else:
+        try:
+            requirements = importlib.metadata.requires("torch-fl") or []
+        except importlib.metadata.PackageNotFoundError:
+            requirements = []
     for text in requirements:
         req = Requirement(text)
         if req.name == "torch" and not req.marker:
@@ -39,3 +46,50 @@ def check_torch_version(version: str | None = None) -> None:
         raise TorchVersionError(
             f"Torch-FL supports torch{spec}, but torch {found} is installed: "
             f"install a supported PyTorch (pip install 'torch{spec}') or a Torch-FL release built for {found}")
+
+
+# ---- what the runtime takes from PyTorch beyond its public API ------------------------
+# One line per private entry point fl_runtime uses, with why; the README's "Supported
+# PyTorch versions" says how a new minor is admitted: tests/test_torch_version.py checks
+# that every name here exists in the running PyTorch and that the runtime uses no private
+# name missing from this table, under each supported minor in CI.
+#
+# Differences between the supported minors: none so far.  2.13 and 2.14 behave the same
+# for every path below (the runtime's tests pass unchanged under both, with one plugin
+# binary).  When a minor differs, the branch goes here, as a function keyed on
+# TORCH_MINOR, with the reason, and callers use the function.
+TORCH_MINOR: tuple[int, int] = Version(torch.__version__.split("+")[0]).release[:2]
+
+PRIVATE_APIS: dict[str, str] = {
+    "torch._C._acc.PrivateUse1Hooks": "the Python-backend hooks (is_available, has_primary_context)",
+    "torch._C._acc.DeviceGuard": "the Python-backend device guard (reports one device: README limits)",
+    "torch._C._acc.register_python_privateuseone_hook": "installs the hooks",
+    "torch._C._acc.register_python_privateuseone_device_guard": "installs the device guard",
+    "torch._C._get_privateuse1_backend_name": "refuses to share the slot with another backend",
+    "torch._C._autograd.DeviceType.PrivateUse1": "the device type of torch.Stream / record_stream",
+    "torch._C._set_multithreading_enabled": "backward on the calling thread (one device-guard queue)",
+    "torch._C._from_dlpack": "wraps vendor memory as a tensor (kDLExtDev = PrivateUse1)",
+    "torch._C._dispatch_has_kernel_for_dispatch_key": "the fallback chain: which ops run natively",
+    "torch._C.DispatchKeySet": "redispatch of views and storage metadata ops to the CPU kernel",
+    "torch._C.DispatchKey.CPU": "the same",
+    "torch._C.DispatchKey.AutocastPrivateUse1": "the cast policy of torch.autocast('fl')",
+    "torch._C._ExcludeDispatchKeyGuard": "autocast kernels run the op below the autocast key",
+    "torch._register_device_module": "makes torch.fl exist",
+    "torch._decomp.decomposition_table": "the generic kernel (PyTorch's decompositions)",
+    "torch._refs": "reference implementations the decompositions call",
+    "torch._neg_view": "copies of lazy negative views",
+    "torch._ops.OpOverload": "what the dispatcher hands a Python kernel",
+}
+
+
+def missing_private_apis() -> list[str]:
+    """The PRIVATE_APIS names the running PyTorch lacks (empty on a supported minor)."""
+    missing = []
+    for dotted in PRIVATE_APIS:
+        found = torch
+        for part in dotted.split(".")[1:]:
+            found = getattr(found, part, None)
+            if found is None:
+                missing.append(dotted)
+                break
+    return missing

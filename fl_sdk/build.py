@@ -70,21 +70,24 @@ def compiler() -> str:
     return cc
 
 
-def build_command(spec: PluginSpec, output: Path | None = None) -> list[str]:
+def build_command(spec: PluginSpec, output: Path | None = None, run_paths: tuple[str, ...] = ()) -> list[str]:
     sources = sorted({str(p) for pattern in spec.sources for p in spec.directory.glob(pattern)})
     if not sources:
         raise BuildError(f"{spec.directory}: plugin.yaml sources {spec.sources} match no file")
     links = [flag for name in spec.links for flag in _link_flags(name)]
+    links += [f"-Wl,-rpath,{path}" for path in run_paths]
     return [compiler(), *BASE_FLAGS, *spec.cflags, f"-I{INCLUDE_DIR}", f"-I{spec.directory / 'src'}",
             *sources, "-o", str(output or spec.library_path), *links, "-lm"]
 
 
-def build(directory: str | Path, force: bool = False, verbose: bool = False, output: Path | None = None) -> Path:
+def build(directory: str | Path, force: bool = False, verbose: bool = False, output: Path | None = None,
+          run_paths: tuple[str, ...] = ()) -> Path:
     """Compile the plugin in `directory`; returns the library path (`output`, default the
-    plugin.yaml's library beside the sources).  Skips an up-to-date build."""
+    plugin.yaml's library beside the sources; `run_paths`: extra directories the library
+    searches for the shared libraries it links).  Skips an up-to-date build."""
     spec = read_spec(Path(directory).resolve())
     target = Path(output).resolve() if output else spec.library_path
-    command = build_command(spec, target)
+    command = build_command(spec, target, run_paths)
     if not force and _up_to_date(spec, command, target):
         return target
     if verbose:

@@ -6,12 +6,40 @@ from fl_runtime.torch_compat import check_torch_version, supported_torch_range
 
 
 def test_declared_range_admits_the_installed_torch():
-    assert "2.13" in supported_torch_range()
     check_torch_version()
 
 
-@pytest.mark.parametrize("version", ["2.12.1", "2.14.0", "3.0.0"])
+@pytest.mark.parametrize("version", ["2.13.0", "2.13.1", "2.14.0", "2.14.1"])
+def test_supported_minors_are_admitted(version):
+    """README "Supported PyTorch versions": 2.13.x and 2.14.x."""
+    check_torch_version(version)
+
+
+@pytest.mark.parametrize("version", ["2.12.1", "2.15.0", "3.0.0"])
 def test_other_versions_are_refused_with_both_versions_named(version):
     with pytest.raises(TorchVersionError) as info:
         check_torch_version(version)
     assert version in str(info.value) and supported_torch_range() in str(info.value)
+
+
+def test_every_private_pytorch_entry_point_exists_in_this_torch():
+    """README "Supported PyTorch versions": admitting a minor starts with this list."""
+    from fl_runtime.torch_compat import missing_private_apis
+    assert missing_private_apis() == []
+
+
+def test_the_runtime_uses_no_private_pytorch_name_outside_the_table():
+    """Every `torch._...` the runtime touches is listed, with why, in torch_compat.PRIVATE_APIS."""
+    import re
+    from pathlib import Path
+
+    from fl_runtime.torch_compat import PRIVATE_APIS
+    root = Path(__file__).resolve().parent.parent / "fl_runtime"
+    used = {}
+    for path in root.rglob("*.py"):
+        for name in re.findall(r"\btorch(?:\._[A-Za-z][A-Za-z0-9_]*|\.__future__)(?:\.[A-Za-z_][A-Za-z0-9_]*)*", path.read_text()):
+            used.setdefault(name, path.relative_to(root.parent).as_posix())
+    unlisted = {name: where for name, where in used.items()
+                if not any(name == listed or name.startswith(listed + ".") or listed.startswith(name + ".")
+                           for listed in PRIVATE_APIS)}
+    assert unlisted == {}, "add these to fl_runtime.torch_compat.PRIVATE_APIS with why"
