@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+import torch
 
 from . import SUITE_VERSION, human_report, statuses
 from .repro import REPRODUCER_HEADING, rerun_command
@@ -103,6 +104,7 @@ class JsonReport:
         ctx = self.context
         return _strict({
             "suite_version": SUITE_VERSION,
+            "torch_version": torch.__version__,     # numerics are judged against this PyTorch's CPU
             "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "duration_s": round(time.time() - self.started, 2),
             "plugin": ctx.description,

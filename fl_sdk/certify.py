@@ -20,7 +20,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from conformance.profiles import PROFILES
-from fl_runtime.plugins.certification import FORMAT, Certificate, canonical_bytes, key_id
+from fl_runtime.plugins.certification import (FORMAT, Certificate, canonical_bytes, certified_torch_minors, key_id,
+                                              read_certificate, torch_minor)
 
 from .passphrase import where_to_give_it
 
@@ -142,6 +143,8 @@ def build_payload(report: Mapping[str, Any], library_path: str | Path, library_s
         "abi_version": plugin.get("abi_version"),
         "suite_version": report["suite_version"],
         "torch_version": report["torch_version"],
+        # The minors whose cert runs this certificate vouches for; `extend_payload` adds one.
+        "torch_minors": [torch_minor(report["torch_version"])],
         "profile": CERT_PROFILE,
         "seed": report.get("seed"),
         "report_generated_at": report.get("generated_at"),
@@ -171,6 +174,39 @@ def coverage(tests: list[Mapping[str, Any]]) -> dict[str, Any]:
             "untested_ops": sorted(untested - set(passed))}
 
 
+def extend_payload(payload: Mapping[str, Any], report: Mapping[str, Any], library_sha256: str) -> dict[str, Any]:
+    """A certificate's payload extended by a passing cert run of the same library under another
+    PyTorch minor (README "Supported PyTorch versions"): the minor joins `torch_minors`, and an
+    op's coverage keeps only the cases that passed under every minor (numerics are judged
+    against each PyTorch's own CPU results, so a case certified under one minor only is not
+    certified under the other)."""
+    check_report(report, library_sha256)
+    if (payload.get("plugin") or {}).get("sha256") != library_sha256:
+        raise CertifyError("the certificate being extended is for another build of this library: certify this "
+                           "build first (without --add-torch)")
+    if report["suite_version"] != payload.get("suite_version"):
+        raise CertifyError(f"the new run used suite {report['suite_version']}, the certificate suite "
+                           f"{payload.get('suite_version')}: certify again from scratch with one suite")
+    added = torch_minor(report["torch_version"])
+    minors = certified_torch_minors(payload)
+    extended = dict(payload)
+    extended["torch_minors"] = sorted(set(minors) | {added}, key=lambda m: tuple(int(p) for p in m.split(".")))
+    theirs = coverage(report.get("tests", []))
+    ours = payload.get("coverage") or {}
+    both = {op: sorted(set(cases) & set(theirs["ops"].get(op, ())))
+            for op, cases in (ours.get("ops") or {}).items()}
+    extended["coverage"] = {"ops": {op: cases for op, cases in both.items() if cases},
+                            "untested_ops": sorted(set(ours.get("untested_ops") or [])
+                                                   | set(theirs["untested_ops"])
+                                                   | {op for op, cases in both.items() if not cases})}
+    extended["runs"] = [*payload.get("runs", [{"torch_version": payload.get("torch_version"),
+                                               "results": payload.get("results")}]),
+                        {"torch_version": report["torch_version"],
+                         "results": {k: v for k, v in report["summary"].items() if isinstance(v, int)}}]
+    extended["issued_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return extended
+
+
 # -- signing -------------------------------------------------------------------
 def sign(payload: dict[str, Any], private_key: Ed25519PrivateKey) -> Certificate:
     return Certificate(payload, private_key.sign(canonical_bytes(payload)), key_id(private_key.public_key()))
@@ -192,3 +228,21 @@ def certify_report(report: Mapping[str, Any], library_path: str | Path, library_
     """Check the report, sign its payload with the key at `key_path`, write `out`."""
     key = load_private_key(key_path, passphrase)
     return write_certificate(sign(build_payload(report, library_path, library_sha256), key), out)
+
+
+def extend_certificate(report: Mapping[str, Any], library_sha256: str, key_path: str | Path,
+                       certificate: str | Path, passphrase: bytes | None = None) -> Path:
+    """Add the report's PyTorch minor to the certificate at `certificate` (signed by this very
+    key, checked first) and sign it again in place."""
+    key = load_private_key(key_path, passphrase)
+    try:
+        existing = read_certificate(certificate)
+    except Exception as exc:  # noqa: BLE001 - missing, unreadable or malformed: say which file
+        raise CertifyError(f"cannot extend {certificate}: {exc}; certify the plugin first (without "
+                           "--add-torch)") from exc
+    try:
+        key.public_key().verify(existing.signature, canonical_bytes(existing.payload))
+    except Exception as exc:  # noqa: BLE001 - InvalidSignature: another key or an altered file
+        raise CertifyError(f"{certificate} was not signed by {key_path} (or was altered): only its own "
+                           "certifier can extend a certificate") from exc
+    return write_certificate(sign(extend_payload(existing.payload, report, library_sha256), key), certificate)

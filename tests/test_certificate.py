@@ -358,3 +358,64 @@ def test_runtime_switch_refuses_uncertified_and_loads_certified(python, tmp_path
     assert accepted["devices"] >= 1 and accepted["statuses"][str(library)] is True
     # The installed reference build has no certificate: refused, never crashing the others.
     assert str(REFERENCE) in accepted["refused"]
+
+
+# -- certificates across PyTorch minors (README "Supported PyTorch versions") -----------------
+def _other_minor() -> str:
+    major, minor = (int(p) for p in cert.installed_torch_version().split(".")[:2])
+    return f"{major}.{minor + 1}.0"
+
+
+def test_a_certificate_from_another_minor_counts_once_extended_by_its_certifier(library, keys, tmp_path):
+    path = issue(library, keys["private"], torch_version=_other_minor())
+    status = cert.verify_certificate(path, library, keys["trusted"])
+    assert status.code == cert.TORCH_MISMATCH and "--add-torch" in status.reason
+    # a passing cert run under this torch, where one case the other minor passed failed...
+    here = synthetic_report(cert.sha256_of(library))
+    here["tests"][2]["status"] = "not_supported"          # add/float16 not vouched for here
+    report = tmp_path / "here.json"
+    report.write_text(json.dumps(here))
+    assert fl_sdk_main(["certify", str(library), "--key", str(keys["private"]), "--report", str(report),
+                        "--extend"]) == 0
+    status = cert.verify_certificate(path, library, keys["trusted"])
+    assert status.certified, status.reason
+    payload = json.loads(path.read_text())["payload"]
+    assert payload["torch_minors"] == sorted([cert.torch_minor(_other_minor()),
+                                              cert.torch_minor(cert.installed_torch_version())],
+                                             key=lambda m: tuple(map(int, m.split("."))))
+    # ... keeps only what passed under both minors
+    assert payload["coverage"]["ops"] == {"add": ["float32/precise"]}
+    assert [run["torch_version"] for run in payload["runs"]] == [_other_minor(), here["torch_version"]]
+
+
+def test_only_the_certifier_can_extend_and_only_with_a_passing_run(library, keys, tmp_path, capsys):
+    path = issue(library, keys["private"], torch_version=_other_minor())
+    other, _, _ = certify.generate_key(tmp_path / "other.key")
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(synthetic_report(cert.sha256_of(library))))
+    assert fl_sdk_main(["certify", str(library), "--key", str(other), "--report", str(good), "--extend"]) == 1
+    assert "only its own certifier" in capsys.readouterr().err
+    failed = tmp_path / "failed.json"
+    failed.write_text(json.dumps(synthetic_report(cert.sha256_of(library), fail=1)))
+    assert fl_sdk_main(["certify", str(library), "--key", str(keys["private"]), "--report", str(failed),
+                        "--extend"]) == 1
+    assert "did not pass" in capsys.readouterr().err
+    assert json.loads(path.read_text())["payload"]["torch_minors"] == [cert.torch_minor(_other_minor())]
+
+
+def test_add_torch_runs_the_cert_profile_with_the_other_interpreter(library, keys, tmp_path, capsys):
+    """--add-torch PYTHON runs `PYTHON -m fl_sdk test LIB --profile cert --json ...`; a stand-in
+    interpreter writes the report such a run would, so the test does not take a cert run's time."""
+    issue(library, keys["private"], torch_version=_other_minor())
+    report = synthetic_report(cert.sha256_of(library))
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\n"
+                    "out=''; while [ $# -gt 0 ]; do [ \"$1\" = --json ] && out=$2; shift; done\n"
+                    f"cat > \"$out\" <<'JSON'\n{json.dumps(report)}\nJSON\n")
+    fake.chmod(0o755)
+    assert fl_sdk_main(["certify", str(library), "--key", str(keys["private"]), "--add-torch", str(fake)]) == 0
+    status = cert.verify_certificate(cert.default_certificate_path(library), library, keys["trusted"])
+    assert status.certified, status.reason
+    assert fl_sdk_main(["certify", str(library), "--key", str(keys["private"]),
+                        "--add-torch", str(tmp_path / "no-such-python")]) == 1
+    assert "cannot run" in capsys.readouterr().err

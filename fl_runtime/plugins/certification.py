@@ -219,14 +219,42 @@ def _version_problem(payload: Mapping[str, Any]) -> tuple[str, str] | None:
         return ABI_MISMATCH, (f"issued for ABI {abi_version}, this runtime speaks ABI {abi.ABI_MAJOR}.x: "
                               "rebuild and certify the plugin against this SDK")
     torch_now = installed_torch_version()
-    if not _same_series(payload.get("torch_version"), torch_now):
-        return TORCH_MISMATCH, (f"issued for torch {payload.get('torch_version')}, torch {torch_now} is "
-                                "installed: certify the plugin again with this torch")
+    minors = certified_torch_minors(payload)
+    if not any(_same_series(minor, torch_now) for minor in minors):
+        return TORCH_MISMATCH, (f"issued for torch {', '.join(minors) or '(none recorded)'} (its cert runs used "
+                                f"torch {_run_versions(payload)}), torch {torch_now} "
+                                "is installed: extend the certificate to this torch (`fl-sdk certify PLUGIN "
+                                "--key KEY --add-torch PYTHON`, README \"Supported PyTorch versions\")")
     suite_now = installed_suite_version()
     if not _same_series(payload.get("suite_version"), suite_now):
         return SUITE_MISMATCH, (f"issued by conformance suite {payload.get('suite_version')}, this Torch-FL "
                                 f"ships suite {suite_now}: certify the plugin again with this suite")
     return None
+
+
+def certified_torch_minors(payload: Mapping[str, Any]) -> list[str]:
+    """The PyTorch minors ('2.13', ...) a certificate's cert runs covered: `torch_minors`,
+    or the one `torch_version` of a certificate from before runs could be added."""
+    minors = payload.get("torch_minors")
+    if isinstance(minors, list) and all(isinstance(m, str) for m in minors):
+        return minors
+    version = payload.get("torch_version")
+    return [torch_minor(str(version))] if version else []
+
+
+def _run_versions(payload: Mapping[str, Any]) -> str:
+    runs = payload.get("runs")
+    if isinstance(runs, list):
+        return ", ".join(str(run.get("torch_version")) for run in runs if isinstance(run, dict))
+    return str(payload.get("torch_version"))
+
+
+def torch_minor(version: str) -> str:
+    """'2.14.1+cu130' -> '2.14'."""
+    try:
+        return ".".join(str(part) for part in Version(version).release[:2])
+    except InvalidVersion:
+        return version
 
 
 def _same_series(certified: Any, installed: str) -> bool:

@@ -17,6 +17,11 @@ def register(subparsers) -> None:
     cmd.add_argument("--report", metavar="JSON", help="sign this existing cert-profile JSON report instead of "
                      "running the suite")
     cmd.add_argument("--json", metavar="FILE", help="keep the JSON report of the run here")
+    cmd.add_argument("--add-torch", metavar="PYTHON", help="extend the existing certificate to another PyTorch "
+                     "minor: run the cert profile with this interpreter (a venv with that torch and torch-fl) "
+                     "and add its minor (README \"Supported PyTorch versions\")")
+    cmd.add_argument("--extend", action="store_true", help="with --report: add that report's PyTorch minor to "
+                     "the existing certificate instead of issuing a new one")
     cmd.add_argument("--passphrase-file", metavar="FILE",
                      help="passphrase of an encrypted key (else $FL_SDK_KEY_PASSPHRASE, else a prompt)")
     cmd.set_defaults(handler=run)
@@ -29,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from ..certify import (
         CertifyError,
         certify_report,
+        extend_certificate,
         key_is_encrypted,
         load_private_key,
     )
@@ -39,9 +45,17 @@ def run(args: argparse.Namespace) -> int:
                       if key_is_encrypted(args.key) else None)
         load_private_key(args.key, passphrase)   # a bad key should fail now, not after a 15-minute run
         sha256 = sha256_of(library)
-        report = _read_report(args.report) if args.report else _run_cert_profile(library, sha256, args.json)
-        out = certify_report(report, library, sha256, args.key, args.out or default_certificate_path(library),
-                             passphrase)
+        out = args.out or default_certificate_path(library)
+        if args.add_torch:
+            report = _run_cert_profile_with(args.add_torch, library, sha256, args.json)
+            out = extend_certificate(report, sha256, args.key, out, passphrase)
+        elif args.extend:
+            if not args.report:
+                raise CertifyError("--extend adds a report's PyTorch minor: give the report with --report FILE")
+            out = extend_certificate(_read_report(args.report), sha256, args.key, out, passphrase)
+        else:
+            report = _read_report(args.report) if args.report else _run_cert_profile(library, sha256, args.json)
+            out = certify_report(report, library, sha256, args.key, out, passphrase)
     except (TargetError, CertifyError, PassphraseError, OSError) as exc:
         print(f"fl-sdk certify: {exc}", file=sys.stderr)
         return 1
@@ -55,6 +69,32 @@ def _read_report(path: str) -> dict:
         return json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise CertifyError(f"cannot read report {path}: {exc}") from exc
+
+
+def _run_cert_profile_with(python: str, library: str, sha256: str, keep_json: str | None) -> dict:
+    """The cert profile run by another interpreter (another PyTorch), as `fl-sdk test` there."""
+    import subprocess
+
+    from fl_runtime.plugins.certification import sha256_of
+
+    from ..certify import CERT_PROFILE, CertifyError
+    with tempfile.TemporaryDirectory(prefix="fl-certify-") as tmp:
+        json_path = keep_json or str(Path(tmp) / "report.json")
+        command = [python, "-m", "fl_sdk", "test", library, "--profile", CERT_PROFILE, "--json", json_path]
+        try:
+            status = subprocess.run(command).returncode
+        except OSError as exc:
+            raise CertifyError(f"cannot run {python}: {exc}; give the python of a venv that has the other "
+                               "torch and torch-fl[sdk] installed") from exc
+        if not Path(json_path).is_file():
+            raise CertifyError(f"{' '.join(command)} wrote no report (exit status {status})")
+        report = _read_report(json_path)
+    if status != 0:
+        raise CertifyError(f"the {CERT_PROFILE} profile did not pass under {python} (exit status {status}); "
+                           "the certificate is unchanged")
+    if sha256_of(library) != sha256:
+        raise CertifyError(f"{library} changed while the suite ran; run `fl-sdk certify` again")
+    return report
 
 
 def _run_cert_profile(library: str, sha256: str, keep_json: str | None) -> dict:
