@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         sha256 = sha256_of(library)
         out = args.out or default_certificate_path(library)
         if args.add_torch:
-            report = _run_cert_profile_with(args.add_torch, library, sha256, args.json)
+            report = _run_cert_profile(library, sha256, args.json, python=args.add_torch)
             out = extend_certificate(report, sha256, args.key, out, passphrase)
         elif args.extend:
             if not args.report:
@@ -71,50 +71,43 @@ def _read_report(path: str) -> dict:
         raise CertifyError(f"cannot read report {path}: {exc}") from exc
 
 
-def _run_cert_profile_with(python: str, library: str, sha256: str, keep_json: str | None) -> dict:
-    """The cert profile run by another interpreter (another PyTorch), as `fl-sdk test` there."""
-    import subprocess
-
+def _run_cert_profile(library: str, sha256: str, keep_json: str | None, python: str | None = None) -> dict:
+    """Run the suite's cert profile (in this interpreter, or as `fl-sdk test` in `python`,
+    another venv with another PyTorch); the report, with the facts this run vouches for added."""
     from fl_runtime.plugins.certification import sha256_of
 
     from ..certify import CERT_PROFILE, CertifyError
     with tempfile.TemporaryDirectory(prefix="fl-certify-") as tmp:
         json_path = keep_json or str(Path(tmp) / "report.json")
-        command = [python, "-m", "fl_sdk", "test", library, "--profile", CERT_PROFILE, "--json", json_path]
-        try:
-            status = subprocess.run(command).returncode
-        except OSError as exc:
-            raise CertifyError(f"cannot run {python}: {exc}; give the python of a venv that has the other "
-                               "torch and torch-fl[sdk] installed") from exc
+        status = _suite_in(python, library, json_path) if python else _suite_here(library, json_path)
         if not Path(json_path).is_file():
-            raise CertifyError(f"{' '.join(command)} wrote no report (exit status {status})")
+            raise CertifyError(f"the {CERT_PROFILE} run wrote no report (exit status {status})")
         report = _read_report(json_path)
     if status != 0:
-        raise CertifyError(f"the {CERT_PROFILE} profile did not pass under {python} (exit status {status}); "
-                           "the certificate is unchanged")
-    if sha256_of(library) != sha256:
-        raise CertifyError(f"{library} changed while the suite ran; run `fl-sdk certify` again")
-    return report
-
-
-def _run_cert_profile(library: str, sha256: str, keep_json: str | None) -> dict:
-    """Run the suite's cert profile; the report, with the facts this run vouches for added."""
-    import torch
-
-    from conformance.runner import run as run_suite
-    from fl_runtime.plugins.certification import sha256_of
-
-    from ..certify import CERT_PROFILE, CertifyError
-    with tempfile.TemporaryDirectory(prefix="fl-certify-") as tmp:
-        json_path = keep_json or str(Path(tmp) / "report.json")
-        status = run_suite(library, CERT_PROFILE, json_path=json_path)
-        report = _read_report(json_path)
-    if status != 0:
-        raise CertifyError(f"the {CERT_PROFILE} profile did not pass (exit status {status}); no certificate "
-                           "issued: fix the failures it listed and run again")
+        where = f" under {python}" if python else ""
+        raise CertifyError(f"the {CERT_PROFILE} profile did not pass{where} (exit status {status}); nothing was "
+                           "signed: fix the failures it listed and run again")
     # The library must be the one that was hashed before the run, byte for byte.
     if sha256_of(library) != sha256:
         raise CertifyError(f"{library} changed while the suite ran; run `fl-sdk certify` again")
-    report.setdefault("torch_version", torch.__version__)
     report.setdefault("plugin", {}).setdefault("sha256", sha256)
     return report
+
+
+def _suite_here(library: str, json_path: str) -> int:
+    from conformance.runner import run as run_suite
+
+    from ..certify import CERT_PROFILE
+    return run_suite(library, CERT_PROFILE, json_path=json_path)
+
+
+def _suite_in(python: str, library: str, json_path: str) -> int:
+    import subprocess
+
+    from ..certify import CERT_PROFILE, CertifyError
+    command = [python, "-m", "fl_sdk", "test", library, "--profile", CERT_PROFILE, "--json", json_path]
+    try:
+        return subprocess.run(command).returncode
+    except OSError as exc:
+        raise CertifyError(f"cannot run {python}: {exc}; give the python of a venv that has the other "
+                           "torch and torch-fl[sdk] installed") from exc
