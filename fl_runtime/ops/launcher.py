@@ -72,8 +72,8 @@ class Launcher:
     def _plan(self, name: str) -> tuple[OpPlan, OutputSpecCache]:
         found = self._plans.get(name)
         if found is None:
-            plan = compile_plan(name)
-            found = self._plans[name] = (plan, OutputSpecCache(plan))
+            plan = compile_plan(name)      # threads: compiled outside a lock, first insert wins
+            found = self._plans.setdefault(name, (plan, OutputSpecCache(plan)))
         return found
 
     def has_kernel(self, device_index: int, name: str, dtype: torch.dtype) -> bool:

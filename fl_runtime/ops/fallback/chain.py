@@ -30,6 +30,7 @@ from fl_runtime.ops.schema import numbers_as_tensors
 
 UNSUPPORTED = "unsupported"
 _MAX_DEPTH = 8      # decompositions nest a few levels; deeper means a cycle we did not see
+_UNKNOWN = object()   # not yet in the feasibility cache (None there means "feasible")
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,13 @@ def strict() -> bool:
 
 
 class _Running(threading.local):
-    """Per thread: the (device, op) pairs whose generic kernel is running now."""
+    """Per thread: the (device, op) pairs whose generic kernel is running now, and the
+    decisions being traced now (a cycle is a cycle only within one thread's tracing:
+    another thread deciding the same op at the same time is not one)."""
 
     def __init__(self) -> None:
         self.keys: set[tuple] = set()
+        self.in_progress: set[tuple] = set()
 
 
 class FallbackChain:
@@ -67,8 +71,9 @@ class FallbackChain:
     def __init__(self, launcher, enable_generic_kernel: bool = True, enable_cpu_fallback: bool = True) -> None:
         self.launcher = launcher
         self._decisions: dict[tuple, Decision] = {}
+        # Threads: both caches are filled with setdefault after deciding outside any lock,
+        # so a decision made by two threads at once is the same and the first one stays.
         self._feasible: dict[tuple, str | None] = {}   # key -> None (feasible) or the problem
-        self._in_progress: set[tuple] = set()
         self._running = _Running()
         self.configure(enable_generic_kernel, enable_cpu_fallback)
 
@@ -149,7 +154,7 @@ class FallbackChain:
         key = (device_index, op, dtype_signature(args, kwargs))
         found = self._decisions.get(key)
         if found is None:
-            found = self._decisions[key] = self._decide(op, args, kwargs, device_index)
+            found = self._decisions.setdefault(key, self._decide(op, args, kwargs, device_index))
             logger.debug("%s on fl:%d with %s: %s %s", op.name(), device_index, key[2], found.path, found.reason)
         return found
 
@@ -182,17 +187,18 @@ class FallbackChain:
     def _generic_problem(self, op, decomposition, args, kwargs, device_index: int, depth: int) -> str | None:
         """None when every leaf of the decomposition runs on fl; else what does not."""
         key = (device_index, op, dtype_signature(args, kwargs))
-        if key in self._feasible:
-            return self._feasible[key]
-        if key in self._in_progress or depth > _MAX_DEPTH:
+        known = self._feasible.get(key, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known
+        in_progress = self._running.in_progress
+        if key in in_progress or depth > _MAX_DEPTH:
             return f"'{op.name()}' decomposes into itself"
-        self._in_progress.add(key)
+        in_progress.add(key)
         try:
             problem = self._leaves_problem(decomposition, args, kwargs, device_index, depth)
         finally:
-            self._in_progress.discard(key)
-        self._feasible[key] = problem
-        return problem
+            in_progress.discard(key)
+        return self._feasible.setdefault(key, problem)
 
     def _leaves_problem(self, decomposition, args, kwargs, device_index: int, depth: int) -> str | None:
         try:
