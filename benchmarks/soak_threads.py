@@ -10,6 +10,9 @@ follow the thread's own current device), and tensors kept alive across steps
 and re-read later (a block handed to two live tensors shows up there).  Every
 result is compared with the same computation on the CPU.
 
+The first step of every thread runs with empty caches, all threads at once; the
+clock (--seconds, ops/s) starts when every thread has finished its first step.
+
 Prints one line per run: wrong values, failed checks, exceptions, steps and ops/s
 (with --json, one JSON object).  Exit status 1 when anything was wrong.
 """
@@ -56,19 +59,23 @@ class Tally:
                 self.errors.append(f"{what}: {bad} wrong value(s)")
 
 
-def _worker(index: int, deadline: float, tally: Tally, start: threading.Barrier) -> None:
+def _worker(index: int, clock: dict, tally: Tally, start: threading.Barrier, warm: threading.Barrier) -> None:
     rng = random.Random(1234 + index)
     home, away = index % 2, 1 - index % 2
     streams = {home: torch.fl.Stream(f"fl:{home}"), away: torch.fl.Stream(f"fl:{away}")}
     kept: list[tuple] = []      # (fl tensor, its CPU twin, tolerance), re-read later
     start.wait()
     with torch.fl.device(home):
-        while time.monotonic() < deadline:
+        first = True
+        while first or time.monotonic() < clock["deadline"]:
             try:
                 _step(rng, home, away, streams, kept, tally)
             except Exception:   # noqa: BLE001 - counted and reported, the soak goes on
                 tally.errors.append(traceback.format_exc(limit=4))
             tally.steps += 1
+            if first:           # the cold first steps (empty caches) run concurrently too,
+                first = False   # but the clock starts once every thread is past its own
+                warm.wait()
             if len(tally.errors) > 50:
                 return
 
@@ -124,17 +131,18 @@ def _step(rng: random.Random, home: int, away: int, streams: dict, kept: list, t
 def run(seconds: float, threads: int) -> dict:
     """Run the soak; returns the merged figures."""
     tallies = [Tally() for _ in range(threads)]
-    barrier = threading.Barrier(threads + 1)
-    deadline = time.monotonic() + seconds + 1     # + start-up of the threads
-    workers = [threading.Thread(target=_worker, args=(i, deadline, tallies[i], barrier), daemon=True)
+    clock: dict = {}
+    start = threading.Barrier(threads + 1)
+    warm = threading.Barrier(threads, action=lambda: clock.update(began=time.monotonic(),
+                                                                   deadline=time.monotonic() + seconds))
+    workers = [threading.Thread(target=_worker, args=(i, clock, tallies[i], start, warm), daemon=True)
                for i in range(threads)]
     for w in workers:
         w.start()
-    began = time.monotonic()
-    barrier.wait()
+    start.wait()
     for w in workers:
-        w.join(seconds + 120)
-    elapsed = time.monotonic() - began
+        w.join(seconds + 300)
+    elapsed = time.monotonic() - clock.get("began", time.monotonic())
     for i in range(torch.fl.device_count()):
         torch.fl.synchronize(i)
     ops = sum(t.ops for t in tallies)

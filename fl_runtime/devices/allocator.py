@@ -208,7 +208,7 @@ class CachingAllocator:
         if ptr != 0 and self._held.overlapping(ptr, size) is None:
             self._api.fl_free(self.device.local_index, ptr)
         raise VendorError(call, abi.SUCCESS, "an unusable block",
-                          f"{problem}; the block was refused so that no two tensors share memory. "
+                          f"{problem}; Torch-FL refused the block rather than risk two tensors sharing memory or wrong values. "
                           "The plugin's allocator is faulty: report it to its vendor", self.device.plugin.name)
 
     def _oom(self, size: int, cached_before: int, why: str) -> FLOutOfMemoryError:
