@@ -2,13 +2,25 @@
 every value matches the CPU, and the current device and stream are per thread."""
 import json
 import random
+import sys
 import threading
 
+import pytest
 import torch
 
 from conftest import ROOT
 
 THREADS = 6
+
+
+@pytest.fixture(autouse=True)
+def frequent_thread_switches():
+    """Switch threads every microsecond instead of every 5 ms, so that a multi-step update
+    without a lock is interrupted often enough for a short test to catch it."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
 
 
 def _run_threads(target, count: int = THREADS, timeout: float = 120) -> list:
@@ -47,9 +59,12 @@ def test_threads_soak_checks_every_value_against_the_cpu(python):
 
 
 def test_allocator_never_hands_out_a_live_block_twice(fl):
-    """Allocate/release from many threads; deleters (release) race with allocations."""
+    """Allocate/release from many threads; deleters (release) race with allocations, and
+    blocks used by a second stream go back to the pool through event queries (vendor
+    calls, which let other threads run in the middle of the pool's bookkeeping)."""
     allocator = fl.runtime().allocators[0]
     stream = fl.runtime().streams.default[0]
+    side = torch.fl.Stream("fl:0")
     live: set[int] = set()
     guard = threading.Lock()
     clashes: list[int] = []
@@ -70,6 +85,8 @@ def test_allocator_never_hands_out_a_live_block_twice(fl):
                     if block.ptr in live:
                         clashes.append(block.ptr)
                     live.add(block.ptr)
+                if rng.random() < 0.3:
+                    allocator.record_stream(block.ptr, side)
                 mine.append(block)
         for block in mine:
             with guard:
@@ -136,23 +153,31 @@ def test_current_device_is_per_thread(fl):
 
 
 def test_current_stream_is_per_thread_and_one_stream_can_be_entered_by_two_threads(fl):
+    """a enters `with shared:`, then b does, then a leaves first: each must get back its own
+    previous stream (a stack shared by the threads would hand a b's)."""
     shared = torch.fl.Stream("fl:0")
-    inside = threading.Barrier(2)
+    steps = {name: threading.Event() for name in ("a in", "b in", "a out")}
     seen: dict = {}
 
-    def user(name: str) -> None:
+    def user(name: str, wait_for: str | None, then: str, wait_before_leaving: str | None) -> None:
         own = torch.fl.Stream("fl:0")
         with own:
-            with shared:          # both threads inside the same stream's `with` at once
-                inside.wait(30)
+            if wait_for:
+                steps[wait_for].wait(30)
+            with shared:
                 seen[f"{name} inside"] = torch.fl.current_stream(0) is shared
-                inside.wait(30)
+                steps[then].set()
+                if wait_before_leaving:
+                    steps[wait_before_leaving].wait(30)
             seen[f"{name} after"] = torch.fl.current_stream(0) is own
+            if name == "a":
+                steps["a out"].set()
         seen[f"{name} out"] = torch.fl.current_stream(0) is torch.fl.default_stream(0)
 
     def bystander() -> None:
         seen["bystander"] = torch.fl.current_stream(0) is torch.fl.default_stream(0)
-    threads = [threading.Thread(target=user, args=(n,)) for n in ("a", "b")]
+    threads = [threading.Thread(target=user, args=("a", None, "a in", "b in")),
+               threading.Thread(target=user, args=("b", "a in", "b in", "a out"))]
     with torch.fl.stream(torch.fl.Stream("fl:0")):
         for t in threads:
             t.start()
