@@ -37,7 +37,7 @@ from fl_runtime.plugins.loader import LoadFailure, Plugin, discover_sources, loa
 class Runtime:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or load_config()
-        configure_logging(self.config.logging)
+        configure_logging(self.config.logging, self.config.path)
         logger.debug("config: %s", self.config.path or "defaults (no config file)")
         sources = discover_sources(self.config.plugins)
         logger.debug("plugin sources: %s", [f"{s.name} ({s.origin}: {s.path})" for s in sources])

@@ -19,7 +19,7 @@ from fl_runtime.abi import ffi
 from fl_runtime.devices.registry import DeviceInfo
 from fl_runtime.devices.streams import Event
 from fl_runtime.ops import accounting
-from fl_runtime.ops.fallback.chain import FallbackChain
+from fl_runtime.ops.fallback.chain import FallbackChain, mixed_devices_error
 from fl_runtime.ops.marshal import MarshalError, marshal
 from fl_runtime.ops.meta_cache import OutputSpecCache
 from fl_runtime.ops.op_table import KernelChoice
@@ -150,15 +150,20 @@ class Launcher:
 
     def _device_of(self, plan: OpPlan, values: list) -> DeviceInfo:
         found = -1
+        cpu_operand = False
         for i in plan.tensor_arg_indices:
             t = values[i]
             if isinstance(t, torch.Tensor):
                 index = t.get_device()       # -1 for CPU tensors (wrapped scalars)
-                if found < 0:
+                if index < 0:
+                    cpu_operand = cpu_operand or t.dim() != 0
+                elif found < 0:
                     found = index
-                elif 0 <= index != found:
+                elif index != found:
                     raise RuntimeError(f"{plan.name}: expected all tensors on the same device, "
                                        f"found fl:{found} and fl:{index}")
+        if cpu_operand and found >= 0:   # as CUDA: only 0-dim CPU tensors mix with device tensors
+            raise mixed_devices_error(plan.qualified_name, found)
         if found < 0:
             for i in plan.list_tensor_arg_indices:
                 for t in values[i] or ():

@@ -51,6 +51,38 @@ def dtype_signature(args, kwargs) -> tuple:
     return tuple(t.dtype for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor))
 
 
+def mixed_devices_error(op_name: str, device_index: int) -> RuntimeError:
+    """The error CUDA raises when a CPU tensor (not a 0-dim scalar) meets a device tensor."""
+    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                        f"fl:{device_index} and cpu! (in {op_name}: move the CPU tensor with .to('fl:"
+                        f"{device_index}'); only 0-dim CPU tensors may be mixed with fl tensors)")
+
+
+def check_no_cpu_operands(op: torch._ops.OpOverload, args: tuple, kwargs: dict, device_index: int) -> None:
+    """Refuse a CPU tensor with dimensions among an op's Tensor / Tensor[] arguments, as CUDA
+    does: the fallbacks would otherwise compute with it. 0-dim CPU tensors (PyTorch's wrapped
+    numbers) and index lists (Tensor?[], which CUDA lets live on the CPU) are allowed."""
+    for arg, value in _schema_values(op, args, kwargs):
+        type_str = str(arg.type)
+        if type_str in ("Tensor", "Tensor?"):
+            values = (value,)
+        elif type_str == "Tensor[]":
+            values = value or ()
+        else:
+            continue
+        for t in values:
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() != 0:
+                raise mixed_devices_error(op.name(), device_index)
+
+
+def _schema_values(op, args: tuple, kwargs: dict):
+    for i, arg in enumerate(op._schema.arguments):
+        if i < len(args) and not arg.kwarg_only:
+            yield arg, args[i]
+        elif arg.name in kwargs:
+            yield arg, kwargs[arg.name]
+
+
 def strict() -> bool:
     return os.environ.get("TORCH_FL_STRICT", "") not in ("", "0")
 
@@ -88,6 +120,7 @@ class FallbackChain:
     # -- running -----------------------------------------------------------------
     def run(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict, device_index: int):
         """Run `op` through its fallback path on fl:device_index (or raise UnsupportedOpError)."""
+        check_no_cpu_operands(op, args, kwargs, device_index)
         args, kwargs = numbers_as_tensors(op, args, kwargs)
         decision = self.decide(op, args, kwargs, device_index)
         if decision.path == UNSUPPORTED:
@@ -123,6 +156,7 @@ class FallbackChain:
     def run_on_cpu(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict, device_index: int, why: str):
         """The CPU fallback for a call the vendor kernel cannot take after all (`why`:
         its meta kernel failed, an argument the ABI cannot carry), when allowed."""
+        check_no_cpu_operands(op, args, kwargs, device_index)
         self.check_cpu_allowed(op.name(), device_index, f"the vendor kernel cannot take this call ({why})")
         logger.debug("%s: %s; using the CPU fallback", op.name(), why)
         return self._cpu(op, *numbers_as_tensors(op, args, kwargs), device_index, why)
