@@ -7,7 +7,8 @@ device current with `torch.fl.device`, and loops over random steps: host-to-devi
 copies, ops on its own stream, cross-device copies ordered by events recorded on
 one stream and waited for on the other, device factories (`device="fl"` must
 follow the thread's own current device), and tensors kept alive across steps
-and re-read later (a block handed to two live tensors shows up there).  Every
+and re-read later (a block handed to two live tensors shows up there); now and
+then the cache is emptied while the other threads work.  Every
 result is compared with the same computation on the CPU.
 
 The first step of every thread runs with empty caches, all threads at once; the
@@ -126,6 +127,8 @@ def _step(rng: random.Random, home: int, away: int, streams: dict, kept: list, t
         tally.check(t.cpu(), twin, "a tensor kept alive across steps", t_tol)
     if rng.random() < 0.05:
         torch.fl.synchronize(home)
+    if rng.random() < 0.01:       # blocks other threads freed go back to the vendor meanwhile
+        torch.fl.empty_cache()
 
 
 def run(seconds: float, threads: int) -> dict:

@@ -67,3 +67,22 @@ def test_non_blocking_copy_in_a_loop_keeps_autograd(fl):
     w = torch.randn(3, device="fl:0", requires_grad=True)
     w.to("cpu", non_blocking=True).pow(2).sum().backward()
     torch.testing.assert_close(w.grad.cpu(), 2 * w.detach().cpu())
+
+
+def test_cpu_index_tensors_are_moved_to_the_device_as_on_cuda(fl):
+    """x[cpu_index]: the indices would otherwise reach the vendor as host addresses."""
+    host = torch.arange(12.).reshape(3, 4)
+    x = host.to("fl:0")
+    for index in (torch.tensor([0, 2]), torch.tensor(1), torch.tensor([True, False, True])):
+        torch.testing.assert_close(x[index].cpu(), host[index])
+    y, want = x.clone(), host.clone()
+    y[torch.tensor([1])] = 7.0
+    want[torch.tensor([1])] = 7.0
+    torch.testing.assert_close(y.cpu(), want)
+
+
+@pytest.mark.parametrize("fn", [lambda a, c: torch.cat([a, c]), lambda a, c: torch.stack([a, c]),
+                                lambda a, c: torch.where(a > 0, a, c)])
+def test_tensor_lists_and_where_with_a_cpu_tensor_raise(fl, fn):
+    with pytest.raises(RuntimeError, match=SAME_DEVICE):
+        fn(torch.rand(3, device="fl:0"), torch.rand(3))

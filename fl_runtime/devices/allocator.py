@@ -227,6 +227,10 @@ class CachingAllocator:
             if self._freed:
                 self._drain_freed()
             self._collect_waiting()
+            # _synchronize_device waited for this thread's streams only; a block another
+            # thread freed may still be read by work queued on its stream (F6).
+            for stream in {b.stream.key: b.stream for bucket in self._pool.values() for b in bucket}.values():
+                stream.synchronize()
             for bucket in self._pool.values():
                 for block in bucket:
                     self._vendor_free(block)

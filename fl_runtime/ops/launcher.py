@@ -38,6 +38,20 @@ def resize_output(out: torch.Tensor, shape: tuple) -> None:
     out.resize_(shape)
 
 
+def _lists_to_device(plan: OpPlan, values: list, device_index: int) -> None:
+    """CPU tensors in list arguments would reach the vendor as host addresses. As on CUDA,
+    index lists (Tensor?[], e.g. x[cpu_index]) are copied to the device; any other tensor
+    list (cat, stack) with a CPU tensor is the same-device error."""
+    for i in plan.list_tensor_arg_indices:
+        items = values[i]
+        if not items or not any(isinstance(t, torch.Tensor) and t.is_cpu for t in items):
+            continue
+        if str(plan.op._schema.arguments[i].type) != "List[Optional[Tensor]]":   # Tensor?[]
+            raise mixed_devices_error(plan.qualified_name, device_index)
+        values[i] = [t.to(f"fl:{device_index}") if isinstance(t, torch.Tensor) and t.is_cpu else t
+                     for t in items]
+
+
 def _declined_reason(device: DeviceInfo) -> str:
     raw = device.plugin.api.last_error_message()
     message = ffi.string(raw).decode(errors="replace") if raw != ffi.NULL else ""
@@ -111,6 +125,8 @@ class Launcher:
         main = values[plan.tensor_arg_indices[0]] if plan.tensor_arg_indices else None
         if choice is None or (isinstance(main, torch.Tensor) and not (choice.dtypes >> _FL_DTYPE[main.dtype]) & 1):
             return self.chain.run(plan.op, args, kwargs, device.index)
+        if plan.list_tensor_arg_indices:
+            _lists_to_device(plan, values, device.index)
         try:
             entry = spec_cache.lookup(values)
         except (NotImplementedError, RuntimeError) as exc:

@@ -64,9 +64,9 @@ def check_no_cpu_operands(op: torch._ops.OpOverload, args: tuple, kwargs: dict, 
     numbers) and index lists (Tensor?[], which CUDA lets live on the CPU) are allowed."""
     for arg, value in _schema_values(op, args, kwargs):
         type_str = str(arg.type)
-        if type_str in ("Tensor", "Tensor?"):
+        if type_str in ("Tensor", "Optional[Tensor]"):          # as str(arg.type) prints them
             values = (value,)
-        elif type_str == "Tensor[]":
+        elif type_str == "List[Tensor]":
             values = value or ()
         else:
             continue
