@@ -17,6 +17,8 @@ from fl_runtime.errors import ConfigError
 
 DEFAULT_PATH = Path("~/.torch_fl/config.yaml")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+# libyaml's C loader when PyYAML was built with it (much faster on big files); same result.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -95,11 +97,32 @@ def load_config(path: Path | None = None) -> Config:
         if os.environ.get("TORCH_FL_CONFIG"):
             raise ConfigError("TORCH_FL_CONFIG", f"file {path} does not exist", None)
         return Config()
+    text = _read_text(path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        # A hostile file nested thousands of levels deep: libyaml refuses beyond 1000 levels
+        # (a YAMLError); PyYAML's pure-Python composer recurses per level (RecursionError),
+        # and so may repr() of a deep value in an error message.
+        raw = yaml.load(text, Loader=_SafeLoader) or {}
+        return parse_config(raw, str(path))
     except yaml.YAMLError as exc:
         raise ConfigError("<file>", f"not valid YAML: {exc}", str(path)) from exc
-    return parse_config(raw, str(path))
+    except RecursionError:
+        raise ConfigError("<file>", "is nested too deeply to read; a Torch-FL config is a few levels "
+                          "deep", str(path)) from None
+
+
+def _read_text(path: Path) -> str:
+    """The file's text; what is wrong with it as a ConfigError naming the file."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError("<file>", f"is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                          f"{exc.start}); save it as UTF-8", str(path)) from exc
+    except IsADirectoryError as exc:
+        raise ConfigError("<file>", "is a directory, not a file; point TORCH_FL_CONFIG at the YAML file "
+                          "itself", str(path)) from exc
+    except OSError as exc:
+        raise ConfigError("<file>", f"cannot be read: {exc.strerror or exc}", str(path)) from exc
 
 
 def parse_config(raw: Any, path: str | None = None) -> Config:
@@ -109,9 +132,11 @@ def parse_config(raw: Any, path: str | None = None) -> Config:
                            "profiler"), "", path)
     devices = tuple(_device_rule(item, f"devices[{i}]", path)
                     for i, item in enumerate(_expect(raw.get("devices", []), list, "devices", "a list", path)))
-    seen = [rule.type for rule in devices]
-    for dup in {t for t in seen if seen.count(t) > 1}:
-        raise ConfigError("devices", f"type '{dup}' is listed more than once", path)
+    seen: set[str] = set()       # a set: a list's count() per entry was quadratic in the list
+    for rule in devices:
+        if rule.type in seen:
+            raise ConfigError("devices", f"type '{rule.type}' is listed more than once", path)
+        seen.add(rule.type)
     plugins = _expect(raw.get("plugins", []), list, "plugins", "a list of library paths", path)
     for i, item in enumerate(plugins):
         _expect(item, str, f"plugins[{i}]", "a path string", path)

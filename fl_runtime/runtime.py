@@ -1,8 +1,15 @@
 """The runtime's state, built once per process: config, plugins, devices,
 streams, allocators, RNG and the op launcher, and the few services the
 PyTorch-facing modules share (allocating a tensor, ordering against writers).
+
+Threads (README "Threads"): the current device is per host thread, as in CUDA
+(a new thread starts on fl:0), like the current stream (devices/streams.py).
+Everything else here is shared, and each piece guards its own multi-step
+updates with its own lock.
 """
 from __future__ import annotations
+
+import threading
 
 import torch
 
@@ -30,7 +37,7 @@ from fl_runtime.plugins.loader import LoadFailure, Plugin, discover_sources, loa
 class Runtime:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or load_config()
-        configure_logging(self.config.logging)
+        configure_logging(self.config.logging, self.config.path)
         logger.debug("config: %s", self.config.path or "defaults (no config file)")
         sources = discover_sources(self.config.plugins)
         logger.debug("plugin sources: %s", [f"{s.name} ({s.origin}: {s.path})" for s in sources])
@@ -45,7 +52,10 @@ class Runtime:
         self.allocators = [CachingAllocator(d, self._synchronizer(d.index)) for d in self.devices]
         self.rng = DeviceRNG(len(self.devices))
         self.launcher = Launcher(self)
-        self._current_device = 0
+        self._local = threading.local()     # .device: this thread's current device
+        # Writer tracking reads and updates several blocks per launch; one lock keeps a
+        # block's (writer, used_by) pair consistent when threads launch on shared tensors.
+        self._writers_lock = threading.Lock()
         self._cross_stream = False   # until a second stream is used, no writer tracking is needed
         if not self.devices:
             logger.warning("no fl devices: %s", self.empty_reason())
@@ -76,11 +86,13 @@ class Runtime:
                 f"({self.empty_reason() if not self.devices else 'see torch_fl.list_devices()'})") from None
 
     def current_device(self) -> int:
-        return self._current_device
+        """This thread's current device (fl:0 until the thread sets another)."""
+        return getattr(self._local, "device", 0)
 
     def set_current_device(self, index: int) -> None:
+        """Make fl:index current for the calling thread only (CUDA's rule)."""
         self.device(index)
-        self._current_device = index
+        self._local.device = index
 
     def empty_reason(self) -> str:
         """Why there are no devices, for messages, logs and doctor."""
@@ -132,22 +144,28 @@ class Runtime:
         if not self._cross_stream:
             return
         live = self.allocators[index].live
-        for value in (*inputs, *outputs):
-            for t in (value if isinstance(value, (list, tuple)) else (value,)):
-                if isinstance(t, torch.Tensor) and t.device.type != "cpu" and t.device.index == index:
-                    block = live.get(storage_base(t))
-                    if block is None:
-                        continue
-                    writer = block.writer or block.stream
-                    if writer is not stream:
-                        stream.wait_stream(writer)
-                    if block.stream is not stream:
-                        block.used_by.add(stream)
-        for t in outputs:
-            self.mark_written(t, stream)
+        with self._writers_lock:
+            for value in (*inputs, *outputs):
+                for t in (value if isinstance(value, (list, tuple)) else (value,)):
+                    if isinstance(t, torch.Tensor) and t.device.type != "cpu" and t.device.index == index:
+                        block = live.get(storage_base(t))
+                        if block is None:
+                            continue
+                        writer = block.writer or block.stream
+                        if writer is not stream:
+                            stream.wait_stream(writer)
+                        if block.stream is not stream:
+                            block.used_by.add(stream)
+            for t in outputs:
+                self._mark_written_locked(t, stream)
 
     def mark_written(self, t, stream: Stream) -> None:
         if self._cross_stream and isinstance(t, torch.Tensor):
+            with self._writers_lock:
+                self._mark_written_locked(t, stream)
+
+    def _mark_written_locked(self, t, stream: Stream) -> None:
+        if isinstance(t, torch.Tensor):
             block = self.allocators[t.device.index].live.get(storage_base(t))
             if block is not None:
                 block.writer = stream

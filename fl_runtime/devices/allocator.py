@@ -5,9 +5,22 @@ are handed out again without a vendor call, so a steady training loop makes no
 vendor allocation per op.  A block is only reused on the stream it was
 allocated on (FIFO order makes that safe); if other streams used it, it waits
 for events recorded on those streams first (README "Device API").
+
+Threads (README "Threads"): one lock per allocator guards the pool, the live
+map and the stats; PyTorch's deleter (any thread, possibly inside another
+allocation through the garbage collector) only appends to a deque, which
+needs no lock.  A re-entrant lock, because emptying the cache on an
+out-of-memory retry happens inside allocate().
+
+The driver is not trusted (fl_abi.h, fl_malloc): every block fl_malloc returns is checked to be
+non-zero, aligned to the device's alignment and outside every block this
+allocator holds; a bad one is refused with a VendorError naming the plugin.
 """
 from __future__ import annotations
 
+import bisect
+import threading
+from collections import deque
 from dataclasses import dataclass, field
 
 from fl_runtime import abi
@@ -61,51 +74,63 @@ class CachingAllocator:
         self.stats = MemoryStats()
         self.live: dict[int, Block] = {}            # ptr -> Block, for blocks in tensors
         self._pool: dict[tuple[int, int], list[Block]] = {}
-        self._freed: list[Block] = []                # filled by deleters, drained here
+        self._freed: deque[Block] = deque()          # filled by deleters (lock-free), drained here
         self._waiting: list[tuple[Block, list]] = []  # (block, events) used by other streams
+        self._lock = threading.RLock()
+        self._held = _HeldRanges()                   # every block taken from the vendor, for validation
 
     # -- the hot path ---------------------------------------------------------
     def allocate(self, nbytes: int, stream) -> Block:
-        if self._freed:
-            self._drain_freed()
         size = round_size(nbytes)
-        bucket = self._pool.get((stream.key, size))
-        if bucket:
-            block = bucket.pop()
-            self.stats.cache_hits += 1
-        else:
-            block = self._vendor_malloc(size, stream)
-        self.live[block.ptr] = block
-        stats = self.stats
-        stats.allocated += size
-        stats.peak_allocated = max(stats.peak_allocated, stats.allocated)
+        with self._lock:
+            if self._freed:
+                self._drain_freed()
+            bucket = self._pool.get((stream.key, size))
+            if bucket:
+                block = bucket.pop()
+                self.stats.cache_hits += 1
+            else:
+                block = self._vendor_malloc(size, stream)
+            self.live[block.ptr] = block
+            stats = self.stats
+            stats.allocated += size
+            stats.peak_allocated = max(stats.peak_allocated, stats.allocated)
         return block
 
     def release(self, block: Block) -> None:
-        """Called when PyTorch frees a tensor's storage; may run inside any op (GC)."""
+        """Called when PyTorch frees a tensor's storage; may run inside any op (GC), on any
+        thread, even one holding this allocator's lock: so no lock, a deque append only."""
         self._freed.append(block)
 
     def record_stream(self, ptr: int, stream) -> None:
         """Tensor.record_stream: the block at `ptr` is in use on `stream`, so once freed it
         goes back to the pool only after the work enqueued on `stream` by then has finished."""
-        block = self.live.get(ptr)
-        if block is None:
-            raise ValueError(f"record_stream: fl:{self.device.index} has no live allocation at {ptr:#x}; "
-                             "the tensor's storage was not made by the Torch-FL allocator")
-        if stream.key != block.stream.key:
-            block.used_by.add(stream)
+        with self._lock:
+            block = self.live.get(ptr)
+            if block is None:
+                raise ValueError(f"record_stream: fl:{self.device.index} has no live allocation at {ptr:#x}; "
+                                 "the tensor's storage was not made by the Torch-FL allocator")
+            if stream.key != block.stream.key:
+                block.used_by.add(stream)
 
     def settle(self) -> None:
         """Account for storages PyTorch freed since the last allocation (for the stats API)."""
-        if self._freed:
-            self._drain_freed()
-        if self._waiting:
-            self._collect_waiting()
+        with self._lock:
+            if self._freed:
+                self._drain_freed()
+            if self._waiting:
+                self._collect_waiting()
 
-    # -- the slow paths -------------------------------------------------------
+    def pooled_blocks(self) -> list[Block]:
+        """A snapshot of the cached (free) blocks."""
+        with self._lock:
+            return [block for bucket in self._pool.values() for block in bucket]
+
+    # -- the slow paths (called with the lock held) ----------------------------
     def _drain_freed(self) -> None:
-        freed, self._freed = self._freed, []
-        for block in freed:
+        freed = self._freed
+        while freed:     # popleft is atomic: a deleter appending meanwhile loses nothing
+            block = freed.popleft()
             self.live.pop(block.ptr, None)
             self.stats.allocated -= block.size
             if block.used_by:
@@ -152,12 +177,39 @@ class CachingAllocator:
             status = self._api.fl_malloc(self.device.local_index, size, 0, out)
             if status == abi.ERROR_OUT_OF_MEMORY:
                 raise self._oom(size, cached, "the device reports no free block large enough")
-        self.device.plugin.check(status, f"fl_malloc(device=fl:{self.device.index}, size={size})")
+        call = f"fl_malloc(device=fl:{self.device.index}, size={size})"
+        self.device.plugin.check(status, call)
+        ptr = int(out[0])
+        self._validate_block(ptr, size, call)
+        self._held.add(ptr, size)
         stats = self.stats
         stats.reserved += size
         stats.peak_reserved = max(stats.peak_reserved, stats.reserved)
         stats.vendor_mallocs += 1
-        return Block(int(out[0]), size, stream)
+        return Block(ptr, size, stream)
+
+    def _validate_block(self, ptr: int, size: int, call: str) -> None:
+        """Refuse a block the driver should never have returned (fl_abi.h: 0 is never a valid
+        fl_devptr; every result is a multiple of the device's alignment; and a block is not
+        handed out twice). Using it would silently alias tensors, so raise instead."""
+        alignment = self.device.alignment
+        if ptr == 0:
+            problem = "it returned address 0, which the ABI says is never valid"
+        elif alignment > 0 and ptr % alignment:
+            problem = f"it returned {ptr:#x}, which is not a multiple of the device's alignment {alignment}"
+        else:
+            clash = self._held.overlapping(ptr, size)
+            if clash is None:
+                return
+            problem = (f"it returned {ptr:#x} (+{size} bytes), which overlaps the block {clash[0]:#x} "
+                       f"(+{clash[1]} bytes) it already gave and that is still in use or cached")
+        # Free what is the plugin's to take back: never an address that aliases a held block
+        # (that would release memory under a live tensor), never 0.
+        if ptr != 0 and self._held.overlapping(ptr, size) is None:
+            self._api.fl_free(self.device.local_index, ptr)
+        raise VendorError(call, abi.SUCCESS, "an unusable block",
+                          f"{problem}; Torch-FL refused the block rather than risk two tensors sharing memory or wrong values. "
+                          "The plugin's allocator is faulty: report it to its vendor", self.device.plugin.name)
 
     def _oom(self, size: int, cached_before: int, why: str) -> FLOutOfMemoryError:
         self.stats.ooms += 1
@@ -171,15 +223,21 @@ class CachingAllocator:
     def empty_cache(self) -> None:
         """Give every cached block back to the vendor (waits for the device first)."""
         self._synchronize_device()
-        if self._freed:
-            self._drain_freed()
-        self._collect_waiting()
-        for bucket in self._pool.values():
-            for block in bucket:
-                self._vendor_free(block)
-        self._pool.clear()
+        with self._lock:
+            if self._freed:
+                self._drain_freed()
+            self._collect_waiting()
+            # _synchronize_device waited for this thread's streams only; a block another
+            # thread freed may still be read by work queued on its stream (README "Device API").
+            for stream in {b.stream.key: b.stream for bucket in self._pool.values() for b in bucket}.values():
+                stream.synchronize()
+            for bucket in self._pool.values():
+                for block in bucket:
+                    self._vendor_free(block)
+            self._pool.clear()
 
     def _vendor_free(self, block: Block) -> None:
+        self._held.remove(block.ptr)
         status = self._api.fl_free(self.device.local_index, block.ptr)
         self.stats.reserved -= block.size
         self.stats.vendor_frees += 1
@@ -190,12 +248,41 @@ class CachingAllocator:
                 logger.error("%s", exc)
 
 
+class _HeldRanges:
+    """Start addresses (sorted) and sizes of the blocks an allocator holds from the vendor:
+    a bisect answers "does [ptr, ptr + size) overlap one of them?" on each vendor malloc."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._sizes: dict[int, int] = {}
+
+    def overlapping(self, ptr: int, size: int) -> tuple[int, int] | None:
+        """The (start, size) of a held block overlapping [ptr, ptr + size), or None."""
+        at = bisect.bisect_right(self._starts, ptr)
+        if at:
+            start = self._starts[at - 1]
+            if start + self._sizes[start] > ptr:
+                return start, self._sizes[start]
+        if at < len(self._starts) and self._starts[at] < ptr + size:
+            start = self._starts[at]
+            return start, self._sizes[start]
+        return None
+
+    def add(self, ptr: int, size: int) -> None:
+        bisect.insort(self._starts, ptr)
+        self._sizes[ptr] = size
+
+    def remove(self, ptr: int) -> None:
+        if self._sizes.pop(ptr, None) is not None:
+            del self._starts[bisect.bisect_left(self._starts, ptr)]
+
+
 def memory_stats(allocator: CachingAllocator) -> dict[str, int]:
     """torch.cuda.memory_stats-shaped figures for one device (keys named as CUDA's where
     the meaning is the same; 'num_device_alloc'/'num_device_free' count vendor calls)."""
     allocator.settle()
     stats = allocator.stats
-    pooled = [block for bucket in allocator._pool.values() for block in bucket]
+    pooled = allocator.pooled_blocks()
     return {
         "allocated_bytes.all.current": stats.allocated,
         "allocated_bytes.all.peak": stats.peak_allocated,

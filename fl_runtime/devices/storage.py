@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
+import threading
 
 import cffi
 import torch
@@ -49,19 +50,37 @@ assert _MANAGED.size == _dl.sizeof("DLManagedTensor")
 
 
 class _SlotPool:
-    """Fixed-size C slots for DLManagedTensors, recycled when PyTorch frees a tensor."""
+    """Fixed-size C slots for DLManagedTensors, recycled when PyTorch frees a tensor.
+
+    Threads: take() and give_back() are single list operations (pop, append), atomic
+    in CPython, so the hot path takes no lock; only a refill (a new slab) is locked,
+    and the refilling thread keeps one slot of the new slab for itself so no other
+    thread's pop can leave it empty-handed."""
 
     def __init__(self) -> None:
         self._slabs: list = []
         self._free: list[tuple] = []      # (writable buffer, offset, address)
+        self._refill_lock = threading.Lock()
 
     def take(self) -> tuple:
-        if not self._free:
+        try:
+            return self._free.pop()
+        except IndexError:
+            return self._refill()
+
+    def _refill(self) -> tuple:
+        with self._refill_lock:
+            try:
+                return self._free.pop()   # another thread refilled while we waited
+            except IndexError:
+                pass
             slab = _dl.new("char[]", _SLOT_SIZE * _SLOTS_PER_SLAB)
             self._slabs.append(slab)
             mem, base = _dl.buffer(slab), int(_dl.cast("uintptr_t", slab))
-            self._free.extend((mem, i * _SLOT_SIZE, base + i * _SLOT_SIZE) for i in range(_SLOTS_PER_SLAB))
-        return self._free.pop()
+            slots = [(mem, i * _SLOT_SIZE, base + i * _SLOT_SIZE) for i in range(_SLOTS_PER_SLAB)]
+            mine = slots.pop()
+            self._free.extend(slots)
+            return mine
 
     def give_back(self, slot: tuple) -> None:
         self._free.append(slot)

@@ -53,7 +53,7 @@ class Stream(torch.Stream):
             # Blocks keep their stream alive, so a pool key never outlives its stream.
             handle = ffi.gc(out[0], self._api.stream_destroy)
         self.handle = handle
-        self._previous: list[Stream] = []
+        self._previous = threading.local()   # per thread: the streams `with self:` replaced
         self.key = int(ffi.cast("uintptr_t", handle))   # hashable identity for pools
         if Stream.on_new_stream is not None:
             Stream.on_new_stream(self)
@@ -71,11 +71,14 @@ class Stream(torch.Stream):
         tell PyTorch's Python device guard, which ignores it)."""
         if Stream.registry is None:
             raise RuntimeError("fl streams need a started runtime: import torch_fl first")
-        self._previous.append(Stream.registry.set_current(self))
+        stack = getattr(self._previous, "stack", None)
+        if stack is None:
+            stack = self._previous.stack = []
+        stack.append(Stream.registry.set_current(self))
         return self
 
     def __exit__(self, *exc) -> None:
-        Stream.registry.set_current(self._previous.pop())
+        Stream.registry.set_current(self._previous.stack.pop())
 
     @property
     def device(self) -> torch.device:     # type: ignore[override]
@@ -187,23 +190,27 @@ class Event:
 
 
 class StreamRegistry:
-    """Default and current stream of every device (current is per host thread)."""
+    """Default and current stream of every device (current is per host thread, as in CUDA;
+    the (index, id) -> stream map is shared and locked)."""
 
     def __init__(self, default_streams: list[Stream]) -> None:
         self.default = default_streams
         self._local = threading.local()
         self._by_id: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self._by_id_lock = threading.Lock()
         for stream in default_streams:
             self.remember(stream)
 
     def remember(self, stream: Stream) -> Stream:
         """Let lookup() find `stream` from what PyTorch passes around (index, id)."""
-        self._by_id[(stream.device_index, stream.stream_id)] = stream
+        with self._by_id_lock:
+            self._by_id[(stream.device_index, stream.stream_id)] = stream
         return stream
 
     def lookup(self, device_index: int, stream_id: int) -> Stream:
         """The fl Stream behind a torch.Stream PyTorch hands to a kernel (e.g. record_stream)."""
-        found = self._by_id.get((device_index, stream_id))
+        with self._by_id_lock:
+            found = self._by_id.get((device_index, stream_id))
         if found is None:
             raise ValueError(f"fl:{device_index} has no live stream with id {stream_id}: pass a "
                              "torch.fl.Stream (or torch.fl.current_stream()) made by this process")
@@ -216,9 +223,10 @@ class StreamRegistry:
     def set_current(self, stream: Stream) -> Stream:
         """Make `stream` current for its device on this thread; returns the previous one."""
         previous = self.current(stream.device_index)
-        if not hasattr(self._local, "current"):
-            self._local.current = {}
-        self._local.current[stream.device_index] = stream
+        current = getattr(self._local, "current", None)
+        if current is None:
+            current = self._local.current = {}
+        current[stream.device_index] = stream
         return previous
 
     def synchronize_device(self, index: int) -> None:

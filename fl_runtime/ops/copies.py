@@ -35,7 +35,22 @@ def register(library: torch.library.Library, rt) -> None:
         return self
 
     library.impl("copy_", copy_, "PrivateUse1")
+    library.impl("_to_copy", _to_copy, "PrivateUse1")
     library.impl("_pin_memory", _pin_memory, "CPU")
+
+
+def _to_copy(self: torch.Tensor, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None) -> torch.Tensor:
+    """Tensor.to / .cpu() / .double() of an fl tensor: PyTorch's own _to_copy, except that
+    non_blocking=True to the CPU does not ask for a pinned host buffer (PyTorch's version does,
+    through PrivateUse1 hooks a Python backend cannot provide, and raises NotImplementedError).
+    A copy to the host is synchronous here anyway (module docstring), so the values are final
+    when this returns, which is all non_blocking promises."""
+    if layout not in (None, torch.strided):
+        raise RuntimeError(f"_to_copy: fl tensors are strided only, cannot make a {layout} tensor")
+    out = torch.empty_like(self, dtype=dtype, device=device, pin_memory=bool(pin_memory),
+                           memory_format=memory_format or torch.preserve_format)
+    return out.copy_(self, non_blocking=non_blocking and out.device.type != "cpu")
 
 
 def _pin_memory(self: torch.Tensor, device=None) -> torch.Tensor:

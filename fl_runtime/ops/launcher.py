@@ -19,7 +19,7 @@ from fl_runtime.abi import ffi
 from fl_runtime.devices.registry import DeviceInfo
 from fl_runtime.devices.streams import Event
 from fl_runtime.ops import accounting
-from fl_runtime.ops.fallback.chain import FallbackChain
+from fl_runtime.ops.fallback.chain import FallbackChain, mixed_devices_error
 from fl_runtime.ops.marshal import MarshalError, marshal
 from fl_runtime.ops.meta_cache import OutputSpecCache
 from fl_runtime.ops.op_table import KernelChoice
@@ -36,6 +36,20 @@ def resize_output(out: torch.Tensor, shape: tuple) -> None:
     tensor that held elements comes from PyTorch itself, when the meta kernel ran
     resize_output on the meta copy (once per call signature: the meta result is memoized)."""
     out.resize_(shape)
+
+
+def _lists_to_device(plan: OpPlan, values: list, device_index: int) -> None:
+    """CPU tensors in list arguments would reach the vendor as host addresses. As on CUDA,
+    index lists (Tensor?[], e.g. x[cpu_index]) are copied to the device; any other tensor
+    list (cat, stack) with a CPU tensor is the same-device error."""
+    for i in plan.list_tensor_arg_indices:
+        items = values[i]
+        if not items or not any(isinstance(t, torch.Tensor) and t.is_cpu for t in items):
+            continue
+        if str(plan.op._schema.arguments[i].type) != "List[Optional[Tensor]]":   # Tensor?[]
+            raise mixed_devices_error(plan.qualified_name, device_index)
+        values[i] = [t.to(f"fl:{device_index}") if isinstance(t, torch.Tensor) and t.is_cpu else t
+                     for t in items]
 
 
 def _declined_reason(device: DeviceInfo) -> str:
@@ -72,8 +86,8 @@ class Launcher:
     def _plan(self, name: str) -> tuple[OpPlan, OutputSpecCache]:
         found = self._plans.get(name)
         if found is None:
-            plan = compile_plan(name)
-            found = self._plans[name] = (plan, OutputSpecCache(plan))
+            plan = compile_plan(name)      # threads: compiled outside a lock, first insert wins
+            found = self._plans.setdefault(name, (plan, OutputSpecCache(plan)))
         return found
 
     def has_kernel(self, device_index: int, name: str, dtype: torch.dtype) -> bool:
@@ -111,6 +125,8 @@ class Launcher:
         main = values[plan.tensor_arg_indices[0]] if plan.tensor_arg_indices else None
         if choice is None or (isinstance(main, torch.Tensor) and not (choice.dtypes >> _FL_DTYPE[main.dtype]) & 1):
             return self.chain.run(plan.op, args, kwargs, device.index)
+        if plan.list_tensor_arg_indices:
+            _lists_to_device(plan, values, device.index)
         try:
             entry = spec_cache.lookup(values)
         except (NotImplementedError, RuntimeError) as exc:
@@ -150,15 +166,20 @@ class Launcher:
 
     def _device_of(self, plan: OpPlan, values: list) -> DeviceInfo:
         found = -1
+        cpu_operand = False
         for i in plan.tensor_arg_indices:
             t = values[i]
             if isinstance(t, torch.Tensor):
                 index = t.get_device()       # -1 for CPU tensors (wrapped scalars)
-                if found < 0:
+                if index < 0:
+                    cpu_operand = cpu_operand or t.dim() != 0
+                elif found < 0:
                     found = index
-                elif 0 <= index != found:
+                elif index != found:
                     raise RuntimeError(f"{plan.name}: expected all tensors on the same device, "
                                        f"found fl:{found} and fl:{index}")
+        if cpu_operand and found >= 0:   # as CUDA: only 0-dim CPU tensors mix with device tensors
+            raise mixed_devices_error(plan.qualified_name, found)
         if found < 0:
             for i in plan.list_tensor_arg_indices:
                 for t in values[i] or ():

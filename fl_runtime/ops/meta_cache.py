@@ -67,7 +67,9 @@ class OutputSpecCache:
         key = tuple(_key_of(v) for v in values)
         entry = self._memo.get(key)
         if entry is None:
-            entry = self._memo[key] = SignatureEntry(self._run_meta(values))
+            # Threads: a miss runs the meta kernel outside any lock; if two threads miss
+            # at once, setdefault keeps the first entry and both use it.
+            entry = self._memo.setdefault(key, SignatureEntry(self._run_meta(values)))
         return entry
 
     def _run_meta(self, values: list) -> tuple[OutputSpec, ...]:

@@ -4,8 +4,13 @@ Each device has a (seed, offset) pair.  A random kernel receives the pair and
 draws element i from a counter-based generator at counter offset + i, then the
 offset advances past what it used: results depend only on the seed and the
 sequence of random ops, so they are reproducible and independent per device.
+
+Threads: reserving counters is a read-then-advance; one lock keeps two threads'
+random ops from drawing the same counters (identical "random" values).
 """
 from __future__ import annotations
+
+import threading
 
 import torch
 
@@ -14,10 +19,12 @@ class DeviceRNG:
     def __init__(self, device_count: int, seed: int = 0) -> None:
         self._seeds = [seed] * device_count
         self._offsets = [0] * device_count
+        self._lock = threading.Lock()
 
     def manual_seed(self, index: int, seed: int) -> None:
-        self._seeds[index] = int(seed) & 0xFFFFFFFFFFFFFFFF
-        self._offsets[index] = 0
+        with self._lock:
+            self._seeds[index] = int(seed) & 0xFFFFFFFFFFFFFFFF
+            self._offsets[index] = 0
 
     def manual_seed_all(self, seed: int) -> None:
         for index in range(len(self._seeds)):
@@ -28,20 +35,24 @@ class DeviceRNG:
 
     def take(self, index: int, numel: int) -> tuple[int, int]:
         """(seed, offset) for a random kernel on device `index`, reserving numel counters."""
-        offset = self._offsets[index]
-        self._offsets[index] = offset + (numel + 3) // 4 * 4
-        return self._seeds[index] & 0x7FFFFFFFFFFFFFFF, offset
+        with self._lock:
+            offset = self._offsets[index]
+            self._offsets[index] = offset + (numel + 3) // 4 * 4
+            return self._seeds[index] & 0x7FFFFFFFFFFFFFFF, offset
 
     def taker(self, index: int):
         """take() bound to one device, for the marshaler."""
         return lambda numel: self.take(index, numel)
 
     def get_state(self, index: int) -> torch.Tensor:
-        return torch.tensor([self._seeds[index] & 0x7FFFFFFFFFFFFFFF, self._offsets[index]], dtype=torch.int64)
+        with self._lock:
+            pair = [self._seeds[index] & 0x7FFFFFFFFFFFFFFF, self._offsets[index]]
+        return torch.tensor(pair, dtype=torch.int64)
 
     def set_state(self, index: int, state: torch.Tensor) -> None:
         seed, offset = (int(v) for v in state.to(torch.int64).tolist())
-        self._seeds[index], self._offsets[index] = seed, offset
+        with self._lock:
+            self._seeds[index], self._offsets[index] = seed, offset
 
 
 def register_seeded_dropout(library, rt) -> None:

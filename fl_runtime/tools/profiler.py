@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -83,28 +84,33 @@ class Profile:
     _t0_ns: int = 0
     _outer: Profile | None = None
     _closed: bool = False
+    # Threads: ops on any thread report here; a row's counters are read-modify-write, so
+    # updates take this lock (one uncontended acquire per call, and only while profiling).
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     # -- recording (called by dispatch and the fallback chain) -----------------
     def row(self, op: str, path: str, variant: str | None) -> OpRow:
         key = (op, path, variant)
         found = self.rows.get(key)
         if found is None:
-            found = self.rows[key] = OpRow(op, path, variant)
+            found = self.rows.setdefault(key, OpRow(op, path, variant))
         return found
 
     def add(self, op: str, path: str, variant: str | None, start_ns: int, nbytes: int = 0) -> OpRow:
         """One finished call that began at perf_counter_ns() == start_ns."""
         now = time.perf_counter_ns()
-        row = self.row(op, path, variant)
-        row.count += 1
-        row.host_us += (now - start_ns) / 1e3
-        row.bytes_copied += nbytes
         ts = (start_ns - self._t0_ns) / 1e3
         args = {"path": path} if variant is None else {"path": path, "variant": variant}
         if nbytes:
             args["bytes_copied"] = nbytes
-        self.trace.append({"name": op, "cat": path, "ph": "X", "ts": ts, "dur": (now - start_ns) / 1e3,
-                           "pid": 0, "tid": 0, "args": args})
+        event = {"name": op, "cat": path, "ph": "X", "ts": ts, "dur": (now - start_ns) / 1e3,
+                 "pid": 0, "tid": 0, "args": args}
+        with self._lock:
+            row = self.row(op, path, variant)
+            row.count += 1
+            row.host_us += (now - start_ns) / 1e3
+            row.bytes_copied += nbytes
+            self.trace.append(event)
         return row
 
     def device_events(self, device, stream, event_type):
@@ -114,14 +120,16 @@ class Profile:
         if index not in self._device_origin:
             origin = event_type(device)
             origin.record(stream)
-            self._device_origin[index] = (origin, (time.perf_counter_ns() - self._t0_ns) / 1e3)
+            with self._lock:
+                self._device_origin.setdefault(index, (origin, (time.perf_counter_ns() - self._t0_ns) / 1e3))
         begin, end = event_type(device), event_type(device)
         begin.record(stream)
         return begin, end
 
     def end_device_span(self, row: OpRow, device_index: int, begin, end, stream) -> None:
         end.record(stream)
-        self._spans.append(_DeviceSpan(row, device_index, begin, end))
+        with self._lock:
+            self._spans.append(_DeviceSpan(row, device_index, begin, end))
 
     # -- session ---------------------------------------------------------------
     def _start(self) -> None:
@@ -132,16 +140,17 @@ class Profile:
         if self._closed:
             return
         self._closed = True
-        for index in self._device_origin:
+        for index in list(self._device_origin):
             _synchronize(index)
-        for span in self._spans:
+        with self._lock:
+            spans, self._spans = self._spans, []
+        for span in spans:
             origin, origin_ts = self._device_origin[span.device]
             dur_us = span.begin.elapsed_ms(span.end) * 1e3
             span.row.device_us += dur_us
             self.trace.append({"name": span.row.op, "cat": span.row.path, "ph": "X",
                                "ts": origin_ts + origin.elapsed_ms(span.begin) * 1e3, "dur": dur_us,
                                "pid": 1, "tid": span.device, "args": {"variant": span.row.variant}})
-        self._spans.clear()
         share = self.fallback_share()
         if share > self.warn_share:
             warnings.warn(f"torch_fl: {share:.0%} of op calls ran through fallbacks (generic or CPU), above "

@@ -30,6 +30,7 @@ from fl_runtime.ops.schema import numbers_as_tensors
 
 UNSUPPORTED = "unsupported"
 _MAX_DEPTH = 8      # decompositions nest a few levels; deeper means a cycle we did not see
+_UNKNOWN = object()   # not yet in the feasibility cache (None there means "feasible")
 
 
 @dataclass(frozen=True)
@@ -50,15 +51,50 @@ def dtype_signature(args, kwargs) -> tuple:
     return tuple(t.dtype for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor))
 
 
+def mixed_devices_error(op_name: str, device_index: int) -> RuntimeError:
+    """The error CUDA raises when a CPU tensor (not a 0-dim scalar) meets a device tensor."""
+    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                        f"fl:{device_index} and cpu! (in {op_name}: move the CPU tensor with .to('fl:"
+                        f"{device_index}'); only 0-dim CPU tensors may be mixed with fl tensors)")
+
+
+def check_no_cpu_operands(op: torch._ops.OpOverload, args: tuple, kwargs: dict, device_index: int) -> None:
+    """Refuse a CPU tensor with dimensions among an op's Tensor / Tensor[] arguments, as CUDA
+    does: the fallbacks would otherwise compute with it. 0-dim CPU tensors (PyTorch's wrapped
+    numbers) and index lists (Tensor?[], which CUDA lets live on the CPU) are allowed."""
+    for arg, value in _schema_values(op, args, kwargs):
+        type_str = str(arg.type)
+        if type_str in ("Tensor", "Optional[Tensor]"):          # as str(arg.type) prints them
+            values = (value,)
+        elif type_str == "List[Tensor]":
+            values = value or ()
+        else:
+            continue
+        for t in values:
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() != 0:
+                raise mixed_devices_error(op.name(), device_index)
+
+
+def _schema_values(op, args: tuple, kwargs: dict):
+    for i, arg in enumerate(op._schema.arguments):
+        if i < len(args) and not arg.kwarg_only:
+            yield arg, args[i]
+        elif arg.name in kwargs:
+            yield arg, kwargs[arg.name]
+
+
 def strict() -> bool:
     return os.environ.get("TORCH_FL_STRICT", "") not in ("", "0")
 
 
 class _Running(threading.local):
-    """Per thread: the (device, op) pairs whose generic kernel is running now."""
+    """Per thread: the (device, op) pairs whose generic kernel is running now, and the
+    decisions being traced now (a cycle is a cycle only within one thread's tracing:
+    another thread deciding the same op at the same time is not one)."""
 
     def __init__(self) -> None:
         self.keys: set[tuple] = set()
+        self.in_progress: set[tuple] = set()
 
 
 class FallbackChain:
@@ -67,8 +103,9 @@ class FallbackChain:
     def __init__(self, launcher, enable_generic_kernel: bool = True, enable_cpu_fallback: bool = True) -> None:
         self.launcher = launcher
         self._decisions: dict[tuple, Decision] = {}
+        # Threads: both caches are filled with setdefault after deciding outside any lock,
+        # so a decision made by two threads at once is the same and the first one stays.
         self._feasible: dict[tuple, str | None] = {}   # key -> None (feasible) or the problem
-        self._in_progress: set[tuple] = set()
         self._running = _Running()
         self.configure(enable_generic_kernel, enable_cpu_fallback)
 
@@ -83,6 +120,7 @@ class FallbackChain:
     # -- running -----------------------------------------------------------------
     def run(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict, device_index: int):
         """Run `op` through its fallback path on fl:device_index (or raise UnsupportedOpError)."""
+        check_no_cpu_operands(op, args, kwargs, device_index)
         args, kwargs = numbers_as_tensors(op, args, kwargs)
         decision = self.decide(op, args, kwargs, device_index)
         if decision.path == UNSUPPORTED:
@@ -118,6 +156,7 @@ class FallbackChain:
     def run_on_cpu(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict, device_index: int, why: str):
         """The CPU fallback for a call the vendor kernel cannot take after all (`why`:
         its meta kernel failed, an argument the ABI cannot carry), when allowed."""
+        check_no_cpu_operands(op, args, kwargs, device_index)
         self.check_cpu_allowed(op.name(), device_index, f"the vendor kernel cannot take this call ({why})")
         logger.debug("%s: %s; using the CPU fallback", op.name(), why)
         return self._cpu(op, *numbers_as_tensors(op, args, kwargs), device_index, why)
@@ -149,7 +188,7 @@ class FallbackChain:
         key = (device_index, op, dtype_signature(args, kwargs))
         found = self._decisions.get(key)
         if found is None:
-            found = self._decisions[key] = self._decide(op, args, kwargs, device_index)
+            found = self._decisions.setdefault(key, self._decide(op, args, kwargs, device_index))
             logger.debug("%s on fl:%d with %s: %s %s", op.name(), device_index, key[2], found.path, found.reason)
         return found
 
@@ -182,17 +221,18 @@ class FallbackChain:
     def _generic_problem(self, op, decomposition, args, kwargs, device_index: int, depth: int) -> str | None:
         """None when every leaf of the decomposition runs on fl; else what does not."""
         key = (device_index, op, dtype_signature(args, kwargs))
-        if key in self._feasible:
-            return self._feasible[key]
-        if key in self._in_progress or depth > _MAX_DEPTH:
+        known = self._feasible.get(key, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known
+        in_progress = self._running.in_progress
+        if key in in_progress or depth > _MAX_DEPTH:
             return f"'{op.name()}' decomposes into itself"
-        self._in_progress.add(key)
+        in_progress.add(key)
         try:
             problem = self._leaves_problem(decomposition, args, kwargs, device_index, depth)
         finally:
-            self._in_progress.discard(key)
-        self._feasible[key] = problem
-        return problem
+            in_progress.discard(key)
+        return self._feasible.setdefault(key, problem)
 
     def _leaves_problem(self, decomposition, args, kwargs, device_index: int, depth: int) -> str | None:
         try:
