@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from . import INCLUDE_DIR
+from .plugin_meta import PluginMetaError, write_metadata
 
 BASE_FLAGS = ["-std=gnu11", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Werror"]
 
@@ -80,6 +81,7 @@ def build(directory: str | Path, force: bool = False, verbose: bool = False) -> 
     spec = read_spec(Path(directory).resolve())
     command = build_command(spec)
     if not force and _up_to_date(spec, command):
+        _write_metadata(spec)
         return spec.library_path
     if verbose:
         print(" ".join(command))
@@ -92,7 +94,16 @@ def build(directory: str | Path, force: bool = False, verbose: bool = False) -> 
         partial.unlink(missing_ok=True)
         raise BuildError(f"building {spec.library} failed:\n{result.stderr.strip()}")
     os.replace(partial, spec.library_path)
+    _write_metadata(spec)
     return spec.library_path
+
+
+def _write_metadata(spec: PluginSpec) -> None:
+    # Beside the library: the driver requirement the runtime checks (fl_sdk.plugin_meta).
+    try:
+        write_metadata(spec.directory / "plugin.yaml", spec.library_path)
+    except PluginMetaError as exc:
+        raise BuildError(f"plugin.yaml: {exc}") from exc
 
 
 def _up_to_date(spec: PluginSpec, command: list[str]) -> bool:
