@@ -64,7 +64,8 @@ def _run_cert_profile(library: str, sha256: str, keep_json: str | None) -> dict:
     from conformance.runner import run as run_suite
     from fl_runtime.plugins.certification import sha256_of
 
-    from ..certify import CERT_PROFILE, CertifyError
+    from ..certify import CERT_PROFILE, CertifyError, library_stack
+    stack = library_stack(library)      # what the run below runs on, recorded in the certificate
     with tempfile.TemporaryDirectory(prefix="fl-certify-") as tmp:
         json_path = keep_json or str(Path(tmp) / "report.json")
         status = run_suite(library, CERT_PROFILE, json_path=json_path)
@@ -77,4 +78,5 @@ def _run_cert_profile(library: str, sha256: str, keep_json: str | None) -> dict:
         raise CertifyError(f"{library} changed while the suite ran; run `fl-sdk certify` again")
     report.setdefault("torch_version", torch.__version__)
     report.setdefault("plugin", {}).setdefault("sha256", sha256)
+    report.setdefault("stack", stack)
     return report
