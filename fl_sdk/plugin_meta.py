@@ -3,8 +3,10 @@
 What a plugin states about itself outside the ABI (today the driver versions it
 supports: plugin.yaml `driver: {minimum: "1.2", known_bad: ["1.4.0"]}`), in the file
 the runtime reads before it uses the plugin's devices (fl_runtime.plugins.metadata).
-A plugin.yaml without `driver:` gets a file stating no requirement, so a stale one
-from an earlier build never outlives the key.
+A plugin.yaml without `driver:` gets no file (so projects that state nothing see
+no new build output), and a stale one from an earlier build is removed: it must not
+outlive the key.  A plugin that states a requirement ships the file next to its
+library (package data) and keeps it out of git, like the library.
 """
 from __future__ import annotations
 
@@ -25,16 +27,24 @@ class PluginMetaError(ValueError):
 
 def read_plugin_metadata(spec_file: Path) -> PluginMetadata:
     """The metadata plugin.yaml states (validated as the runtime will read it)."""
-    raw = yaml.safe_load(spec_file.read_text()) or {}
+    raw = _raw(spec_file)
     try:
         return PluginMetadata(DriverRequirement.from_mapping(raw.get("driver"), str(spec_file)))
     except DriverRequirementError as exc:
         raise PluginMetaError(str(exc)) from exc
 
 
-def write_metadata(spec_file: Path, library_path: Path) -> Path:
-    """Write the library's metadata file atomically (a starting runtime may read it)."""
+def _raw(spec_file: Path) -> dict:
+    return yaml.safe_load(spec_file.read_text()) or {}
+
+
+def write_metadata(spec_file: Path, library_path: Path) -> Path | None:
+    """Write the library's metadata file atomically (a starting runtime may read it);
+    None (and no file) when plugin.yaml states nothing."""
     target = metadata_path(library_path)
+    if "driver" not in _raw(spec_file):
+        target.unlink(missing_ok=True)
+        return None
     document = read_plugin_metadata(spec_file).as_dict()
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     with os.fdopen(fd, "w") as handle:

@@ -414,3 +414,12 @@ def test_differences_are_computed_field_by_field():
     assert [(d.field, d.expected, d.running) for d in stack.differences(locked, running)] == [
         ("plugins.a.sha256", "x", "y"), ("plugins.b", None, {"sha256": "z"})]
     assert stack.differences(locked, locked) == []
+
+
+def test_a_plugin_stating_nothing_gets_no_metadata_file_and_a_stale_one_goes(tmp_path):
+    directory = _tiny_plugin(tmp_path, {"minimum": "2.1"})
+    library = build(directory)
+    assert metadata_path(library).is_file()
+    (directory / "plugin.yaml").write_text(json.dumps({"library": "libtiny.so", "sources": ["src/*.c"]}))
+    build(directory, force=True)
+    assert not metadata_path(library).exists() and read_metadata(library).driver.empty
