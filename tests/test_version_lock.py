@@ -21,7 +21,11 @@ from fl_runtime.config import parse_config
 from fl_runtime.errors import ConfigError, LockFileError
 from fl_runtime.plugins import certification as cert
 from fl_runtime.plugins import drivers, stack
-from fl_runtime.plugins.metadata import PluginMetadataError, metadata_path, read_metadata
+from fl_runtime.plugins.metadata import (
+    PluginMetadataError,
+    metadata_path,
+    read_metadata,
+)
 from fl_sdk import INCLUDE_DIR, certify
 from fl_sdk.build import BuildError, build
 from fl_sdk.plugin_meta import read_plugin_metadata
@@ -185,7 +189,7 @@ def test_a_known_bad_driver_is_left_out(python, library):
     env = env_for(library)                                  # the reference's own 1.0.0
     assert start(python, env)["devices"] == []
     rc, driver = doctor_check(python, env, "driver")
-    assert driver["status"] == "fail" and "known to be broken" in driver["detail"]
+    assert rc == 1 and driver["status"] == "fail" and "known to be broken" in driver["detail"]
     assert "running 1.0.0" in driver["detail"] and "not 1.0.0" in driver["detail"]
 
 
@@ -195,7 +199,7 @@ def test_an_unparsable_driver_version_is_left_out_with_a_clear_message(python, l
     started = start(python, env)
     assert started["devices"] == [] and "'rev-b7 (beta)' is not a PEP 440 version" in started["why"]
     rc, driver = doctor_check(python, env, "driver")
-    assert driver["status"] == "fail" and "running 'rev-b7 (beta)'" in driver["detail"]
+    assert rc == 1 and driver["status"] == "fail" and "running 'rev-b7 (beta)'" in driver["detail"]
 
 
 def test_a_supported_driver_runs(python, library):
@@ -360,8 +364,8 @@ def test_a_lock_that_differs_in_every_field_names_each_one(python, library, tmp_
     text = cli(python, ["check", str(lock_file)], env)
     assert text.returncode == 1
     for name, (locked, now) in expected.items():
-        assert f"{name}: locked " in text.stdout
-    assert f"torch: locked 'locked-torch', running '{running['torch']}'" in text.stdout
+        if isinstance(now, str):
+            assert f"{name}: locked {locked!r}, running {now!r}" in text.stdout
     assert "plugins.acme: locked {" in text.stdout and "running (absent)" in text.stdout
 
 

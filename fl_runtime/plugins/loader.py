@@ -24,7 +24,11 @@ from fl_runtime.errors import (
 )
 from fl_runtime.logs import logger
 from fl_runtime.plugins.certification import CertificationPolicy, CertificationStatus
-from fl_runtime.plugins.metadata import PluginMetadata, PluginMetadataError, read_metadata
+from fl_runtime.plugins.metadata import (
+    PluginMetadata,
+    PluginMetadataError,
+    read_metadata,
+)
 
 ENTRY_POINT_GROUP = "torch_fl.plugins"
 DISABLE_ENTRY_POINTS_ENV = "TORCH_FL_DISABLE_ENTRY_POINTS"

@@ -70,8 +70,13 @@ def platform_facts() -> dict[str, str]:
 def plugin_stack(plugin: Plugin) -> dict[str, Any]:
     """One plugin's part of the lock: what identifies the build and the driver under it."""
     library = os.path.abspath(plugin.source.path)
-    return {"version": plugin.version, "abi": "%d.%d" % plugin.abi_version, "library": library,
+    return {"version": plugin.version, "abi": _abi(plugin), "library": library,
             "sha256": sha256_of(library), "drivers": dict(plugin.driver_versions)}
+
+
+def _abi(plugin: Plugin) -> str:
+    major, minor = plugin.abi_version      # what the plugin negotiated
+    return f"{major}.{minor}"
 
 
 def running_stack(plugins: Iterable[Plugin]) -> dict[str, Any]:
@@ -86,7 +91,7 @@ def certificate_stack(plugin: Plugin) -> dict[str, Any]:
     `stack_coverage` compares: one function, so both sides have the same fields."""
     facts = platform_facts()
     return {"torch": installed_torch_version(), "torch_fl": __version__,
-            "abi": "%d.%d" % plugin.abi_version, "plugin_version": plugin.version,
+            "abi": _abi(plugin), "plugin_version": plugin.version,
             "drivers": dict(plugin.driver_versions), "os": facts["os"], "arch": facts["arch"]}
 
 

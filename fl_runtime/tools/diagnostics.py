@@ -114,7 +114,11 @@ def check_loading(failures: list[LoadFailure], plugins: list[Plugin]) -> list[Ch
 def check_driver(plugins: list[Plugin], config: Config | None = None) -> Check:
     """Each plugin reports devices and driver versions, and the versions meet the plugin's
     stated requirement (plugin metadata); a device outside it is named with the reason."""
-    from fl_runtime.devices.registry import driver_verdict, probe_plugin, record_driver_versions
+    from fl_runtime.devices.registry import (
+        driver_verdict,
+        probe_plugin,
+        record_driver_versions,
+    )
     if not plugins:
         return Check("driver", SKIP, "no plugin loaded")
     found, problems, kept = [], [], []
@@ -174,7 +178,8 @@ def check_certified_stack(plugins: list[Plugin]) -> Check:
 def check_lock(config: Config | None, plugins: list[Plugin]) -> Check:
     """The config's require_lock: the running stack must match the lock file."""
     from fl_runtime.errors import StackLockError
-    from fl_runtime.plugins.stack import check_lock as compare, running_stack
+    from fl_runtime.plugins.stack import check_lock as compare
+    from fl_runtime.plugins.stack import running_stack
     if config is None or not config.require_lock:
         return Check("lock", SKIP, "the config sets no require_lock")
     try:

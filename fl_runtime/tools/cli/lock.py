@@ -45,9 +45,9 @@ def render(doc: dict) -> str:
     if doc["error"]:
         return f"torch-fl lock: nothing written: {doc['error']}"
     stack = doc["stack"]
-    lines = [f"locked the running stack in {doc['file']}:",
-             f"  torch {stack['torch']}, torch-fl {stack['torch_fl']}, python {stack['python']}, "
-             f"{stack['os']}/{stack['arch']}, ABI {stack['abi']}"]
+    versions = (f"  torch {stack['torch']}, torch-fl {stack['torch_fl']}, python {stack['python']}, "
+                f"{stack['os']}/{stack['arch']}, ABI {stack['abi']}")
+    lines = [f"locked the running stack in {doc['file']}:", versions]
     for name, plugin in stack["plugins"].items():
         drivers = ", ".join(f"{t} driver {v}" for t, v in plugin["drivers"].items()) or "driver unknown"
         lines.append(f"  plugin {name} {plugin['version']} (ABI {plugin['abi']}, sha256 "
