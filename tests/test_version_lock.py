@@ -427,3 +427,23 @@ def test_a_plugin_stating_nothing_gets_no_metadata_file_and_a_stale_one_goes(tmp
     (directory / "plugin.yaml").write_text(json.dumps({"library": "libtiny.so", "sources": ["src/*.c"]}))
     build(directory, force=True)
     assert not metadata_path(library).exists() and read_metadata(library).driver.empty
+
+
+def test_fl_sdk_certify_records_the_stack_of_its_own_run(library, keys, monkeypatch, capsys):
+    from test_certificate import _fake_cert_run
+
+    from fl_sdk.cli import main as fl_sdk_main
+    _fake_cert_run(monkeypatch, synthetic_report("unused"), 0)
+    assert fl_sdk_main(["certify", str(library), "--key", str(keys["private"])]) == 0
+    payload = cert.read_certificate(cert.default_certificate_path(library)).payload
+    assert payload["stack"] == certify.library_stack(library)
+    assert payload["stack"]["drivers"] == {"reference": "1.0.0"}
+
+
+def test_two_libraries_claiming_one_plugin_name_both_appear_in_the_lock(python, library, tmp_path):
+    second = tmp_path / "other" / "libfl_reference_b.so"
+    second.parent.mkdir()
+    shutil.copy2(library, second)
+    env = dict(env_for(library), TORCH_FL_PLUGINS=f"{library}:{second}")
+    rc, locked = cli_json(python, ["lock", str(tmp_path / "two.lock")], env)
+    assert rc == 0 and sorted(locked["stack"]["plugins"]) == ["reference", f"reference ({second})"]

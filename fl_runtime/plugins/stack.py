@@ -83,7 +83,17 @@ def running_stack(plugins: Iterable[Plugin]) -> dict[str, Any]:
     """The stack this process runs (the `stack` of a lock file)."""
     return {"torch": installed_torch_version(), "torch_fl": __version__, **platform_facts(),
             "abi": f"{abi.ABI_MAJOR}.{abi.ABI_MINOR}",
-            "plugins": {plugin.name: plugin_stack(plugin) for plugin in plugins}}
+            "plugins": _by_name(plugins)}
+
+
+def _by_name(plugins: Iterable[Plugin]) -> dict[str, dict[str, Any]]:
+    # Keyed by plugin name (stable across machines); two libraries claiming one name
+    # must not hide each other, so the second is keyed with its path too.
+    entries: dict[str, dict[str, Any]] = {}
+    for plugin in plugins:
+        key = plugin.name if plugin.name not in entries else f"{plugin.name} ({plugin.source.path})"
+        entries[key] = plugin_stack(plugin)
+    return entries
 
 
 def certificate_stack(plugin: Plugin) -> dict[str, Any]:
