@@ -10,7 +10,9 @@ A certificate is a JSON file:
 The signature covers the payload's canonical serialisation (sorted keys, no
 whitespace, ASCII), so the file may be re-indented without breaking it.  It is
 found next to the library as `<library>.flcert` or at the path the config's
-`certification.certificates` gives for the plugin.  Signing lives in
+`certification.certificates` gives for the plugin.  A payload may carry the `stack`
+its cert run used (kept in CertificationStatus.stack; fl_runtime.plugins.stack says
+whether the running stack is that one); one without it is still valid.  Signing lives in
 fl_sdk.certify; this module must stay usable without the private key.
 """
 from __future__ import annotations
