@@ -65,7 +65,6 @@ def _run_cert_profile(library: str, sha256: str, keep_json: str | None) -> dict:
     from fl_runtime.plugins.certification import sha256_of
 
     from ..certify import CERT_PROFILE, CertifyError, library_stack
-    stack = library_stack(library)      # what the run below runs on, recorded in the certificate
     with tempfile.TemporaryDirectory(prefix="fl-certify-") as tmp:
         json_path = keep_json or str(Path(tmp) / "report.json")
         status = run_suite(library, CERT_PROFILE, json_path=json_path)
@@ -78,5 +77,7 @@ def _run_cert_profile(library: str, sha256: str, keep_json: str | None) -> dict:
         raise CertifyError(f"{library} changed while the suite ran; run `fl-sdk certify` again")
     report.setdefault("torch_version", torch.__version__)
     report.setdefault("plugin", {}).setdefault("sha256", sha256)
-    report.setdefault("stack", stack)
+    # The stack the run used, read after it (loading the library first would put it in the
+    # process the suite runs, and forks, in); recorded in the certificate.
+    report.setdefault("stack", library_stack(library))
     return report
