@@ -23,7 +23,7 @@ import collections
 import logging
 from dataclasses import asdict, dataclass, field
 
-from fl_runtime.config import Config, load_config
+from fl_runtime.config import Config, DriversConfig, load_config
 from fl_runtime.errors import ConfigError, IncompatibleABIError
 from fl_runtime.integration import process
 from fl_runtime.plugins.certification import CertificationPolicy
@@ -114,40 +114,11 @@ def check_loading(failures: list[LoadFailure], plugins: list[Plugin]) -> list[Ch
 def check_driver(plugins: list[Plugin], config: Config | None = None) -> Check:
     """Each plugin reports devices and driver versions, and the versions meet the plugin's
     stated requirement (plugin metadata); a device outside it is named with the reason."""
-    from fl_runtime.devices.registry import (
-        driver_verdict,
-        probe_plugin,
-        record_driver_versions,
-    )
     if not plugins:
         return Check("driver", SKIP, "no plugin loaded")
     found, problems, kept = [], [], []
-    allowed = config.drivers if config else None
     for plugin in plugins:
-        try:
-            devices = probe_plugin(plugin)
-        except Exception as exc:  # noqa: BLE001 - doctor reports a failed probe, whatever it raised
-            problems.append(f"plugin '{plugin.name}': {exc}")
-            continue
-        record_driver_versions(plugin, devices)
-        if not devices:
-            problems.append(f"plugin '{plugin.name}' reports 0 devices")
-            continue
-        if not all(d.driver_version for d in devices):
-            problems.append(f"plugin '{plugin.name}' reports no driver version")
-            continue
-        for dev in devices:
-            verdict = driver_verdict(dev)
-            if verdict.supported:
-                continue
-            if allowed is not None and allowed.allows(dev.device_type):
-                kept.append(f"{dev.device_type} device {dev.uuid} kept by drivers.allow_unsupported: "
-                            f"{verdict.reason}")
-            else:
-                problems.append(f"{dev.device_type} device {dev.uuid} left out: {verdict.reason}")
-        found.append(f"{plugin.name}: {len(devices)} device(s), driver "
-                     f"{', '.join(sorted({d.driver_version for d in devices}))} (requires "
-                     f"{plugin.metadata.driver.describe()})")
+        _driver_findings(plugin, config.drivers if config else None, found, problems, kept)
     if problems:
         return Check("driver", FAIL, "; ".join(problems + kept + found),
                      "install a driver version the plugin supports (see the requirement above), or "
@@ -158,6 +129,40 @@ def check_driver(plugins: list[Plugin], config: Config | None = None) -> Check:
                      "these devices run on a driver their vendor does not support: upgrade the driver "
                      "and remove drivers.allow_unsupported")
     return Check("driver", OK, "; ".join(found))
+
+
+def _driver_findings(plugin: Plugin, allowed: DriversConfig | None, found: list[str], problems: list[str],
+                     kept: list[str]) -> None:
+    """Probe one plugin (recording its driver versions for the stack) and sort what it says
+    into found / problems / kept-by-config, as the runtime's driver gate would decide."""
+    from fl_runtime.devices.registry import (
+        driver_verdict,
+        probe_plugin,
+        record_driver_versions,
+    )
+    try:
+        devices = probe_plugin(plugin)
+    except Exception as exc:  # noqa: BLE001 - doctor reports a failed probe, whatever it raised
+        problems.append(f"plugin '{plugin.name}': {exc}")
+        return
+    record_driver_versions(plugin, devices)
+    if not devices:
+        problems.append(f"plugin '{plugin.name}' reports 0 devices")
+        return
+    if not all(d.driver_version for d in devices):
+        problems.append(f"plugin '{plugin.name}' reports no driver version")
+        return
+    for dev in devices:
+        verdict = driver_verdict(dev)
+        if verdict.supported:
+            continue
+        if allowed is not None and allowed.allows(dev.device_type):
+            kept.append(f"{dev.device_type} device {dev.uuid} kept by drivers.allow_unsupported: {verdict.reason}")
+        else:
+            problems.append(f"{dev.device_type} device {dev.uuid} left out: {verdict.reason}")
+    found.append(f"{plugin.name}: {len(devices)} device(s), driver "
+                 f"{', '.join(sorted({d.driver_version for d in devices}))} (requires "
+                 f"{plugin.metadata.driver.describe()})")
 
 
 def check_certified_stack(plugins: list[Plugin]) -> Check:
