@@ -402,6 +402,19 @@ def test_require_lock_refuses_to_start_naming_every_difference(python, library, 
     assert "torch: locked '2.12.0', running" in refused.stderr
     assert "plugins.reference.drivers.reference: locked '1.0.0', running '1.1'" in refused.stderr
 
+    caught = python("""
+import json, fl_runtime
+try:
+    import torch_fl                    # starts the runtime
+except fl_runtime.LockMismatchError as exc:
+    print(json.dumps({"path": exc.path, "differences": exc.differences,
+                      "fl": isinstance(exc, fl_runtime.FLError)}))
+""", env_for(library, config=config), timeout=180)
+    assert caught.returncode == 0, caught.stderr
+    refusal = json.loads(caught.stdout.strip().splitlines()[-1])
+    assert refusal["fl"] and refusal["path"] == str(lock_file)
+    assert [line.split(":")[0] for line in refusal["differences"]] == ["torch"]
+
     rc, lock_check = doctor_check(python, env_for(library, config=config), "lock")
     assert rc == 1 and lock_check["status"] == "fail" and "torch: locked '2.12.0'" in lock_check["detail"]
 
