@@ -14,11 +14,19 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from fl_runtime.plugins.drivers import DriverRequirement, DriverRequirementError
-from fl_runtime.plugins.metadata import PluginMetadata, metadata_path
+# fl_runtime is imported inside the functions, and only when plugin.yaml states a
+# requirement: importing it imports torch, which a vendor's `pip install` build
+# (vendor_template setup.py -> fl_sdk.build) should not pay for nothing.
+
+if TYPE_CHECKING:
+    from fl_runtime.plugins.metadata import PluginMetadata
+
+
+SUFFIX = ".meta.json"      # fl_runtime.plugins.metadata.SUFFIX (a test checks they agree)
 
 
 class PluginMetaError(ValueError):
@@ -27,6 +35,8 @@ class PluginMetaError(ValueError):
 
 def read_plugin_metadata(spec_file: Path) -> PluginMetadata:
     """The metadata plugin.yaml states (validated as the runtime will read it)."""
+    from fl_runtime.plugins.drivers import DriverRequirement, DriverRequirementError
+    from fl_runtime.plugins.metadata import PluginMetadata
     raw = _raw(spec_file)
     try:
         return PluginMetadata(DriverRequirement.from_mapping(raw.get("driver"), str(spec_file)))
@@ -41,7 +51,7 @@ def _raw(spec_file: Path) -> dict:
 def write_metadata(spec_file: Path, library_path: Path) -> Path | None:
     """Write the library's metadata file atomically (a starting runtime may read it);
     None (and no file) when plugin.yaml states nothing."""
-    target = metadata_path(library_path)
+    target = Path(str(library_path) + SUFFIX)
     if "driver" not in _raw(spec_file):
         target.unlink(missing_ok=True)
         return None

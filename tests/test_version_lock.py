@@ -460,3 +460,12 @@ def test_two_libraries_claiming_one_plugin_name_both_appear_in_the_lock(python, 
     env = dict(env_for(library), TORCH_FL_PLUGINS=f"{library}:{second}")
     rc, locked = cli_json(python, ["lock", str(tmp_path / "two.lock")], env)
     assert rc == 0 and sorted(locked["stack"]["plugins"]) == ["reference", f"reference ({second})"]
+
+
+def test_fl_sdk_build_stays_torch_free_for_plugins_stating_nothing(python):
+    from fl_runtime.plugins import metadata
+    from fl_sdk import plugin_meta
+    assert plugin_meta.SUFFIX == metadata.SUFFIX
+    # A vendor's `pip install` builds through fl_sdk.build (vendor_template setup.py).
+    result = python("import sys, fl_sdk.build; print('torch' in sys.modules)")
+    assert result.returncode == 0 and result.stdout.strip() == "False", result.stderr
