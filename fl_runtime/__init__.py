@@ -18,7 +18,10 @@ from fl_runtime.errors import (
     FLError,
     FLOutOfMemoryError,
     IncompatibleABIError,
+    LockFileError,
+    LockMismatchError,
     PluginLoadError,
+    StackLockError,
     TorchVersionError,
     UncertifiedPluginError,
     UnsupportedDtypeError,
@@ -93,4 +96,4 @@ __all__ = ["__version__", "init", "runtime", "list_devices", "device_count", "wh
            "synchronize", "plugin_certifications", "last_hidden_error", "op_stats", "profile", "Profile", "coverage",
            "CoverageReport", "FLError", "ConfigError", "PluginLoadError", "IncompatibleABIError",
            "VendorError", "UnsupportedOpError", "DeviceNotFoundError", "UnsupportedDtypeError", "FLOutOfMemoryError",
-           "TorchVersionError", "UncertifiedPluginError"]
+           "TorchVersionError", "UncertifiedPluginError", "StackLockError", "LockFileError", "LockMismatchError"]

@@ -70,6 +70,16 @@ class CertificationConfig:
 
 
 @dataclass(frozen=True)
+class DriversConfig:
+    """Devices whose driver is outside their plugin's stated requirement (fl_runtime.plugins.drivers)."""
+    allow_unsupported: bool = False           # true: keep every such device (with a warning)
+    allow_unsupported_types: tuple[str, ...] = ()   # or only these device types
+
+    def allows(self, device_type: str) -> bool:
+        return self.allow_unsupported or device_type in self.allow_unsupported_types
+
+
+@dataclass(frozen=True)
 class Config:
     devices: tuple[DeviceRule, ...] = ()          # empty: every device of every plugin
     fallback: FallbackConfig = field(default_factory=FallbackConfig)
@@ -78,6 +88,8 @@ class Config:
     certification: CertificationConfig = field(default_factory=CertificationConfig)
     kernels: KernelsConfig = field(default_factory=KernelsConfig)
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+    drivers: DriversConfig = field(default_factory=DriversConfig)
+    require_lock: str | None = None                # a `torch-fl lock` file the running stack must match
     path: str | None = None                        # where it was read from, if anywhere
 
     def rule_for(self, device_type: str) -> DeviceRule | None:
@@ -129,7 +141,7 @@ def parse_config(raw: Any, path: str | None = None) -> Config:
     """Validate a config mapping (as YAML gives it) into a Config."""
     _expect(raw, dict, "<top level>", "a mapping", path)
     _reject_unknown(raw, ("devices", "fallback", "logging", "plugins", "certification", "kernels",
-                           "profiler"), "", path)
+                           "profiler", "drivers", "require_lock"), "", path)
     devices = tuple(_device_rule(item, f"devices[{i}]", path)
                     for i, item in enumerate(_expect(raw.get("devices", []), list, "devices", "a list", path)))
     seen: set[str] = set()       # a set: a list's count() per entry was quadratic in the list
@@ -145,7 +157,9 @@ def parse_config(raw: Any, path: str | None = None) -> Config:
                   plugins=tuple(os.path.expanduser(p) for p in plugins),
                   certification=_certification(raw.get("certification", {}), path),
                   kernels=_kernels(raw.get("kernels", {}), path),
-                  profiler=_profiler(raw.get("profiler", {}), path), path=path)
+                  profiler=_profiler(raw.get("profiler", {}), path),
+                  drivers=_drivers(raw.get("drivers", {}), path),
+                  require_lock=_require_lock(raw.get("require_lock"), path), path=path)
 
 
 def _device_rule(item: Any, key: str, path: str | None) -> DeviceRule:
@@ -247,6 +261,32 @@ def _profiler(raw: Any, path: str | None) -> ProfilerConfig:
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
         raise ConfigError("profiler.fallback_warning_share", f"must be a number in [0, 1], got {share!r}", path)
     return ProfilerConfig(float(share))
+
+
+def _drivers(raw: Any, path: str | None) -> DriversConfig:
+    """`drivers: {allow_unsupported: true | false | [device type, ...]}`."""
+    _expect(raw, dict, "drivers", "a mapping", path)
+    _reject_unknown(raw, ("allow_unsupported",), "drivers.", path)
+    allow = raw.get("allow_unsupported", False)
+    if isinstance(allow, bool):
+        return DriversConfig(allow_unsupported=allow)
+    if not isinstance(allow, list) or not all(isinstance(t, str) and t for t in allow):
+        raise ConfigError("drivers.allow_unsupported", "must be true, false or a list of device type "
+                          f"strings (e.g. [reference]), got {allow!r}", path)
+    return DriversConfig(allow_unsupported_types=tuple(allow))
+
+
+def _require_lock(raw: Any, path: str | None) -> str | None:
+    """`require_lock: FILE` (a `torch-fl lock` file); relative paths are relative to the config file."""
+    if raw is None:
+        return None
+    lock = _expect(raw, str, "require_lock", "the path of a `torch-fl lock` file", path)
+    if not lock:
+        raise ConfigError("require_lock", "is empty: name the lock file `torch-fl lock` wrote", path)
+    lock = os.path.expanduser(lock)
+    if path and not os.path.isabs(lock):
+        lock = os.path.join(os.path.dirname(os.path.abspath(path)), lock)
+    return lock
 
 
 def _expect(value: Any, kind: type, key: str, what: str, path: str | None) -> Any:

@@ -90,3 +90,30 @@ class DeviceNotFoundError(FLError, IndexError):
 
 class FLOutOfMemoryError(torch.OutOfMemoryError, FLError):
     """Device memory is exhausted even after the cache was released."""
+
+
+class StackLockError(FLError):
+    """A `torch-fl lock` file cannot be used (README, "Upgrading safely")."""
+
+
+class LockFileError(StackLockError):
+    """The lock file is missing or is not a lock file."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"lock file {path} {problem}")
+        self.path = path
+
+
+class LockMismatchError(StackLockError):
+    """The config's `require_lock` names a lock the running stack does not match.
+
+    `differences` holds one 'field: locked X, running Y' line per difference."""
+
+    def __init__(self, path: str, differences: list[str]) -> None:
+        listed = "\n  ".join(differences)
+        super().__init__(f"refusing to start: the running stack differs from lock file {path} "
+                         f"(config key require_lock) in {len(differences)} field(s):\n  {listed}\n"
+                         "reinstall the locked versions, or, if this stack was verified, write a new lock "
+                         "with `torch-fl lock` (see `torch-fl check`)")
+        self.path = path
+        self.differences = differences

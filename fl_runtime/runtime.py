@@ -32,6 +32,7 @@ from fl_runtime.ops.op_table import build_op_table
 from fl_runtime.ops.rng import DeviceRNG
 from fl_runtime.plugins.certification import CertificationPolicy
 from fl_runtime.plugins.loader import LoadFailure, Plugin, discover_sources, load_all
+from fl_runtime.plugins.stack import enforce_lock
 
 
 class Runtime:
@@ -47,6 +48,8 @@ class Runtime:
             sources, CertificationPolicy.from_config(self.config.certification))
         self.devices: list[DeviceInfo]
         self.devices, self.device_notes = build_device_list(self.plugins, self.config)
+        if self.config.require_lock:      # before any device is used (README, "Upgrading safely")
+            enforce_lock(self.config.require_lock, self.plugins)
         self.streams = StreamRegistry(self._open_default_streams())
         self.op_names = build_op_table(self.devices, self.config.kernels)
         self.allocators = [CachingAllocator(d, self._synchronizer(d.index)) for d in self.devices]

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from . import INCLUDE_DIR
+from .plugin_meta import PluginMetaError, write_metadata
 
 BASE_FLAGS = ["-std=gnu11", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Werror"]
 
@@ -89,6 +90,7 @@ def build(directory: str | Path, force: bool = False, verbose: bool = False, out
     target = Path(output).resolve() if output else spec.library_path
     command = build_command(spec, target, run_paths)
     if not force and _up_to_date(spec, command, target):
+        _write_metadata(spec, target)
         return target
     if verbose:
         print(" ".join(command))
@@ -102,7 +104,16 @@ def build(directory: str | Path, force: bool = False, verbose: bool = False, out
         partial.unlink(missing_ok=True)
         raise BuildError(f"building {spec.library} failed:\n{result.stderr.strip()}")
     os.replace(partial, target)
+    _write_metadata(spec, target)
     return target
+
+
+def _write_metadata(spec: PluginSpec, library: Path) -> None:
+    # Beside the library: the driver requirement the runtime checks (fl_sdk.plugin_meta).
+    try:
+        write_metadata(spec.directory / "plugin.yaml", library)
+    except PluginMetaError as exc:
+        raise BuildError(f"plugin.yaml: {exc}") from exc
 
 
 def _up_to_date(spec: PluginSpec, command: list[str], target: Path) -> bool:

@@ -128,6 +128,8 @@ def check_report(report: Mapping[str, Any], library_sha256: str) -> None:
                            f"{library_sha256[:16]}…: it was rebuilt since; run the cert profile again")
     if not report.get("torch_version") or not report.get("suite_version"):
         raise CertifyError("the report does not record the torch and suite versions it ran with")
+    if "stack" in report and not isinstance(report["stack"], dict):
+        raise CertifyError(f"the report's 'stack' must be a mapping of field to version, got {report['stack']!r}")
 
 
 def build_payload(report: Mapping[str, Any], library_path: str | Path, library_sha256: str) -> dict[str, Any]:
@@ -153,7 +155,26 @@ def build_payload(report: Mapping[str, Any], library_path: str | Path, library_s
         "categories": report["summary"].get("categories", {}),
         "coverage": coverage(report.get("tests", [])),
         "known_failures": sorted(t["nodeid"] for t in report.get("tests", []) if t.get("status") == "known_failure"),
+        # The stack the run used (library_stack); a report without one gives a certificate the
+        # runtime calls "stack unknown", still valid.
+        **({"stack": dict(report["stack"])} if report.get("stack") else {}),
     }
+
+
+def library_stack(library_path: str | Path) -> dict[str, Any]:
+    """The stack this machine runs the library on (torch, Torch-FL, the negotiated ABI, the
+    plugin's version, its driver version per device type, OS/arch): what a certificate
+    records of its cert run, in the fields fl_runtime.plugins.stack compares at load."""
+    from fl_runtime.devices.registry import probe_plugin, record_driver_versions
+    from fl_runtime.errors import FLError
+    from fl_runtime.plugins.loader import PluginSource, load_plugin
+    from fl_runtime.plugins.stack import certificate_stack
+    try:
+        plugin = load_plugin(PluginSource(Path(library_path).stem, str(library_path), "fl-sdk certify"))
+        record_driver_versions(plugin, probe_plugin(plugin))
+    except FLError as exc:
+        raise CertifyError(f"cannot read the stack {library_path} runs on: {exc}") from exc
+    return certificate_stack(plugin)
 
 
 def coverage(tests: list[Mapping[str, Any]]) -> dict[str, Any]:

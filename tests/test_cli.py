@@ -60,8 +60,8 @@ def test_doctor_on_a_healthy_install(python):
     text, document, rc = _run(python, "doctor")
     assert rc == 0 and document["schema"] == "torch-fl.doctor/1" and document["verdict"] == "healthy"
     statuses = _statuses(document)
-    assert list(statuses) == ["plugins found", "plugins load", "ABI compatible", "driver",
-                              "device node permissions", "config", "runtime start", "logs"]
+    assert list(statuses) == ["plugins found", "plugins load", "ABI compatible", "driver", "certified stack",
+                              "device node permissions", "config", "lock", "runtime start", "logs"]
     assert statuses["plugins found"] == statuses["driver"] == statuses["config"] == "ok"
     assert statuses["device node permissions"] == "not applicable"
     assert "verdict: healthy" in text and "[FAIL]" not in text

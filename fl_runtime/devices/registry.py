@@ -11,6 +11,7 @@ from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.config import Config
 from fl_runtime.logs import logger
+from fl_runtime.plugins.drivers import DriverVerdict
 from fl_runtime.plugins.loader import Plugin
 
 # The device type PyTorch sees (PrivateUse1 renamed): "fl:0", torch.autocast("fl").
@@ -74,18 +75,52 @@ def _text(char_array) -> str:
     return ffi.string(char_array).decode(errors="replace")
 
 
+def record_driver_versions(plugin: Plugin, devices: list[DeviceInfo]) -> None:
+    """Keep on the plugin the driver version(s) its devices report, per device type (the stack)."""
+    versions = sorted({dev.driver_version for dev in devices})
+    plugin.driver_versions = {plugin.device_type: ", ".join(versions)} if versions else {}
+
+
+def driver_verdict(dev: DeviceInfo) -> DriverVerdict:
+    """Does this device's driver meet its plugin's stated requirement (plugin metadata)?"""
+    return dev.plugin.metadata.driver.assess(dev.driver_version, dev.plugin.name)
+
+
+def _driver_gate(dev: DeviceInfo, config: Config, reasons: list[str]) -> bool:
+    """Keep a device only if its driver is supported or the config's drivers.allow_unsupported
+    says to keep it anyway; either way an unsupported driver is noted with the reason."""
+    verdict = driver_verdict(dev)
+    if verdict.supported:
+        return True
+    if config.drivers.allows(dev.device_type):
+        reasons.append(f"{dev.device_type} device {dev.uuid} kept although unsupported (config "
+                       f"drivers.allow_unsupported): {verdict.reason}")
+        logger.warning(reasons[-1])
+        return True
+    reasons.append(f"{dev.device_type} device {dev.uuid} left out: {verdict.reason} (or set "
+                   f"drivers.allow_unsupported in the config to use it anyway)")
+    logger.warning(reasons[-1])
+    return False
+
+
 def build_device_list(plugins: list[Plugin], config: Config) -> tuple[list[DeviceInfo], list[str]]:
     """Probe every plugin, apply the config's device rules, number the result.
 
+    A device whose driver is outside its plugin's requirement is left out here,
+    before anything uses it, unless the config's `drivers.allow_unsupported` keeps it.
     Returns the devices and, for each thing left out, a reason (for logs and doctor).
     """
-    found, reasons = [], []
+    found, reasons, offered = [], [], set()
     for plugin in plugins:
         try:
-            found.extend(probe_plugin(plugin))
+            probed = probe_plugin(plugin)
         except Exception as exc:
             reasons.append(f"plugin '{plugin.name}' failed its device probe: {exc}")
             logger.warning(reasons[-1])
+            continue
+        record_driver_versions(plugin, probed)
+        offered.update(dev.device_type for dev in probed)
+        found.extend(dev for dev in probed if _driver_gate(dev, config, reasons))
     found.sort(key=lambda d: (d.device_type, d.uuid))
     chosen = []
     taken_per_type: dict[str, int] = {}
@@ -104,7 +139,7 @@ def build_device_list(plugins: list[Plugin], config: Config) -> tuple[list[Devic
         dev.index = len(chosen)
         chosen.append(dev)
     for rule in config.devices:
-        if rule.type not in {d.device_type for d in found}:
+        if rule.type not in offered:
             reasons.append(f"config names device type '{rule.type}' but no loaded plugin offers it")
     for reason in reasons:
         logger.info(reason)

@@ -10,7 +10,9 @@ A certificate is a JSON file:
 The signature covers the payload's canonical serialisation (sorted keys, no
 whitespace, ASCII), so the file may be re-indented without breaking it.  It is
 found next to the library as `<library>.flcert` or at the path the config's
-`certification.certificates` gives for the plugin.  Signing lives in
+`certification.certificates` gives for the plugin.  A payload may carry the `stack`
+its cert run used (kept in CertificationStatus.stack; fl_runtime.plugins.stack says
+whether the running stack is that one); one without it is still valid.  Signing lives in
 fl_sdk.certify; this module must stay usable without the private key.
 """
 from __future__ import annotations
@@ -65,6 +67,10 @@ class CertificationStatus:
     torch_version: str | None = None
     abi_version: str | None = None
     coverage: dict[str, Any] = field(default_factory=dict)
+    # The stack the cert run used (torch, Torch-FL, ABI, plugin version, drivers, OS/arch);
+    # None for certificates issued before it was recorded ("stack unknown", still valid).
+    # fl_runtime.plugins.stack compares it with the running stack.
+    stack: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -199,7 +205,8 @@ def _check_payload(cert: Certificate, certificate: str, library_path: str | Path
     plugin = payload.get("plugin") if isinstance(payload.get("plugin"), dict) else {}
     facts = {"certificate": certificate, "key_id": cert.key_id,
              "suite_version": payload.get("suite_version"), "torch_version": payload.get("torch_version"),
-             "abi_version": payload.get("abi_version"), "coverage": coverage_summary(payload)}
+             "abi_version": payload.get("abi_version"), "coverage": coverage_summary(payload),
+             "stack": payload["stack"] if isinstance(payload.get("stack"), dict) else None}
     if plugin.get("sha256") != actual_sha256:
         return CertificationStatus(False, HASH_MISMATCH, f"{library_path} (sha256 {actual_sha256[:16]}…) is not "
                                    f"the binary certificate {certificate} was issued for (sha256 "

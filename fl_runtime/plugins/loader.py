@@ -24,6 +24,11 @@ from fl_runtime.errors import (
 )
 from fl_runtime.logs import logger
 from fl_runtime.plugins.certification import CertificationPolicy, CertificationStatus
+from fl_runtime.plugins.metadata import (
+    PluginMetadata,
+    PluginMetadataError,
+    read_metadata,
+)
 
 ENTRY_POINT_GROUP = "torch_fl.plugins"
 DISABLE_ENTRY_POINTS_ENV = "TORCH_FL_DISABLE_ENTRY_POINTS"
@@ -49,9 +54,14 @@ class LoadFailure:
 class Plugin:
     """One loaded vendor library and its negotiated function table."""
 
-    def __init__(self, source: PluginSource, lib, api, certification: CertificationStatus) -> None:
+    def __init__(self, source: PluginSource, lib, api, certification: CertificationStatus,
+                 metadata: PluginMetadata | None = None) -> None:
         self.source = source
         self.certification = certification    # .certified, .reason: shown by `torch-fl devices`
+        self.metadata = metadata or PluginMetadata()    # the driver requirement, read before any device is used
+        # device type -> driver version(s) its devices report; filled when they are probed
+        # (devices.registry), read by the stack (fl_runtime.plugins.stack)
+        self.driver_versions: dict[str, str] = {}
         self.lib = lib          # keeps the library mapped for the process lifetime
         self.api = api
         info = api.info
@@ -127,6 +137,10 @@ def load_plugin(source: PluginSource, policy: CertificationPolicy | None = None)
                               f"(found via {source.origin}); build or reinstall the plugin")
     certification = _certify_before_load(source, policy or CertificationPolicy())
     try:
+        metadata = read_metadata(source.path)
+    except PluginMetadataError as exc:
+        raise PluginLoadError(source.name, str(exc)) from exc
+    try:
         lib = ffi.dlopen(source.path)
     except OSError as exc:
         raise PluginLoadError(source.name, f"cannot load {source.path}: {exc}") from exc
@@ -135,7 +149,7 @@ def load_plugin(source: PluginSource, policy: CertificationPolicy | None = None)
     except AttributeError:
         raise PluginLoadError(source.name, f"{source.path} does not export '{abi.ENTRY_SYMBOL}': "
                               "it is not a Torch-FL plugin") from None
-    return Plugin(source, lib, _negotiate(source, get_api), certification)
+    return Plugin(source, lib, _negotiate(source, get_api), certification, metadata)
 
 
 def _certify_before_load(source: PluginSource, policy: CertificationPolicy) -> CertificationStatus:

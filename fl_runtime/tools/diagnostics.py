@@ -3,11 +3,14 @@
 1. plugins found      (entry points, TORCH_FL_PLUGINS, config `plugins:`)
 2. plugins load       (the library opens and exports fl_plugin_get_api)
 3. ABI compatible     (version negotiation)
-4. driver             (each plugin reports >= 1 device and a driver version)
-5. device nodes       (the ABI declares none: "not applicable" until it does)
-6. config             (valid, and every devices[].type is offered by a plugin)
-7. runtime start      (fl_runtime's own start-up, kept in startup_error)
-8. logs               (warnings and errors the runtime's start logged, those
+4. driver             (each plugin reports >= 1 device and a driver version that
+                      meets the plugin's stated requirement: plugins/drivers.py)
+5. certified stack    (per certified plugin: the running stack is the certified one)
+6. device nodes       (the ABI declares none: "not applicable" until it does)
+7. config             (valid, and every devices[].type is offered by a plugin)
+8. lock               (the config's require_lock file matches the running stack)
+9. runtime start      (fl_runtime's own start-up, kept in startup_error)
+10. logs              (warnings and errors the runtime's start logged, those
                       logged while the checks ran, and the recent ones in the
                       config's logging.path file)
 
@@ -20,7 +23,7 @@ import collections
 import logging
 from dataclasses import asdict, dataclass, field
 
-from fl_runtime.config import Config, load_config
+from fl_runtime.config import Config, DriversConfig, load_config
 from fl_runtime.errors import ConfigError, IncompatibleABIError
 from fl_runtime.integration import process
 from fl_runtime.plugins.certification import CertificationPolicy
@@ -108,29 +111,92 @@ def check_loading(failures: list[LoadFailure], plugins: list[Plugin]) -> list[Ch
     return [loads, abi]
 
 
-def check_driver(plugins: list[Plugin]) -> Check:
-    from fl_runtime.devices.registry import probe_plugin
+def check_driver(plugins: list[Plugin], config: Config | None = None) -> Check:
+    """Each plugin reports devices and driver versions, and the versions meet the plugin's
+    stated requirement (plugin metadata); a device outside it is named with the reason."""
     if not plugins:
         return Check("driver", SKIP, "no plugin loaded")
-    found, problems = [], []
+    found, problems, kept = [], [], []
     for plugin in plugins:
-        try:
-            devices = probe_plugin(plugin)
-        except Exception as exc:  # noqa: BLE001 - doctor reports a failed probe, whatever it raised
-            problems.append(f"plugin '{plugin.name}': {exc}")
-            continue
-        if not devices:
-            problems.append(f"plugin '{plugin.name}' reports 0 devices")
-        elif not all(d.driver_version for d in devices):
-            problems.append(f"plugin '{plugin.name}' reports no driver version")
-        else:
-            found.append(f"{plugin.name}: {len(devices)} device(s), driver "
-                         f"{', '.join(sorted({d.driver_version for d in devices}))}")
+        _driver_findings(plugin, config.drivers if config else None, found, problems, kept)
     if problems:
-        return Check("driver", FAIL, "; ".join(problems + found),
-                     "install or load the vendor's driver (see the vendor's message above), check "
-                     "that the hardware is present, then rerun torch-fl doctor")
+        return Check("driver", FAIL, "; ".join(problems + kept + found),
+                     "install a driver version the plugin supports (see the requirement above), or "
+                     "set drivers.allow_unsupported in the config to use the device anyway; then "
+                     "rerun torch-fl doctor")
+    if kept:
+        return Check("driver", WARN, "; ".join(kept + found),
+                     "these devices run on a driver their vendor does not support: upgrade the driver "
+                     "and remove drivers.allow_unsupported")
     return Check("driver", OK, "; ".join(found))
+
+
+def _driver_findings(plugin: Plugin, allowed: DriversConfig | None, found: list[str], problems: list[str],
+                     kept: list[str]) -> None:
+    """Probe one plugin (recording its driver versions for the stack) and sort what it says
+    into found / problems / kept-by-config, as the runtime's driver gate would decide."""
+    from fl_runtime.devices.registry import (
+        driver_verdict,
+        probe_plugin,
+        record_driver_versions,
+    )
+    try:
+        devices = probe_plugin(plugin)
+    except Exception as exc:  # noqa: BLE001 - doctor reports a failed probe, whatever it raised
+        problems.append(f"plugin '{plugin.name}': {exc}")
+        return
+    record_driver_versions(plugin, devices)
+    if not devices:
+        problems.append(f"plugin '{plugin.name}' reports 0 devices")
+        return
+    if not all(d.driver_version for d in devices):
+        problems.append(f"plugin '{plugin.name}' reports no driver version")
+        return
+    for dev in devices:
+        verdict = driver_verdict(dev)
+        if verdict.supported:
+            continue
+        if allowed is not None and allowed.allows(dev.device_type):
+            kept.append(f"{dev.device_type} device {dev.uuid} kept by drivers.allow_unsupported: {verdict.reason}")
+        else:
+            problems.append(f"{dev.device_type} device {dev.uuid} left out: {verdict.reason}")
+    found.append(f"{plugin.name}: {len(devices)} device(s), driver "
+                 f"{', '.join(sorted({d.driver_version for d in devices}))} (requires "
+                 f"{plugin.metadata.driver.describe()})")
+
+
+def check_certified_stack(plugins: list[Plugin]) -> Check:
+    """Per certified plugin: is the running stack the one its certificate was issued on?"""
+    from fl_runtime.plugins.stack import COVERED, NOT_CERTIFIED, stack_coverage
+    verdicts = [(plugin, stack_coverage(plugin)) for plugin in plugins]
+    certified = [(p, c) for p, c in verdicts if c.state != NOT_CERTIFIED]
+    if not certified:
+        return Check("certified stack", SKIP, "no loaded plugin has a valid certificate")
+    detail = "; ".join(f"{p.name}: {c.text}" for p, c in certified)
+    if all(c.state == COVERED for _, c in certified):
+        return Check("certified stack", OK, detail)
+    return Check("certified stack", WARN, detail,
+                 "run the versions the certificate names (field, certified value), or have the plugin "
+                 "certified on this stack (fl-sdk certify)")
+
+
+def check_lock(config: Config | None, plugins: list[Plugin]) -> Check:
+    """The config's require_lock: the running stack must match the lock file."""
+    from fl_runtime.errors import StackLockError
+    from fl_runtime.plugins.stack import check_lock as compare
+    from fl_runtime.plugins.stack import running_stack
+    if config is None or not config.require_lock:
+        return Check("lock", SKIP, "the config sets no require_lock")
+    try:
+        found = compare(config.require_lock, running_stack(plugins))
+    except StackLockError as exc:
+        return Check("lock", FAIL, str(exc), "fix require_lock in the config or write the lock (torch-fl lock)")
+    if not found:
+        return Check("lock", OK, f"the running stack matches {config.require_lock}")
+    return Check("lock", FAIL, f"the running stack differs from {config.require_lock} (require_lock): "
+                 + "; ".join(d.describe() for d in found),
+                 "reinstall the locked versions (README, \"Upgrading safely\"), or re-lock with "
+                 "`torch-fl lock` once this stack is verified")
 
 
 def check_device_nodes() -> Check:
@@ -212,8 +278,10 @@ def run_checks() -> Report:
         found, sources = check_plugins_found(config)
         policy = CertificationPolicy.from_config(config.certification) if config else CertificationPolicy()
         plugins, failures = load_all(sources, policy) if sources else ([], [])
-        report = Report([found, *check_loading(failures, plugins), check_driver(plugins),
-                         check_device_nodes(), check_config(config, config_error, plugins), check_runtime()])
+        report = Report([found, *check_loading(failures, plugins), check_driver(plugins, config),
+                         check_certified_stack(plugins), check_device_nodes(),
+                         check_config(config, config_error, plugins), check_lock(config, plugins),
+                         check_runtime()])
     finally:
         logger.removeHandler(handler)
     log_path = config.logging.path if config else None

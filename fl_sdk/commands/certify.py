@@ -76,7 +76,7 @@ def _run_cert_profile(library: str, sha256: str, keep_json: str | None, python: 
     another venv with another PyTorch); the report, with the facts this run vouches for added."""
     from fl_runtime.plugins.certification import sha256_of
 
-    from ..certify import CERT_PROFILE, CertifyError
+    from ..certify import CERT_PROFILE, CertifyError, library_stack
     with tempfile.TemporaryDirectory(prefix="fl-certify-") as tmp:
         json_path = keep_json or str(Path(tmp) / "report.json")
         status = _suite_in(python, library, json_path) if python else _suite_here(library, json_path)
@@ -91,6 +91,9 @@ def _run_cert_profile(library: str, sha256: str, keep_json: str | None, python: 
     if sha256_of(library) != sha256:
         raise CertifyError(f"{library} changed while the suite ran; run `fl-sdk certify` again")
     report.setdefault("plugin", {}).setdefault("sha256", sha256)
+    # The stack the run used, read after it (loading the library first would put it in the
+    # process the suite runs, and forks, in); recorded in the certificate.
+    report.setdefault("stack", library_stack(library))
     return report
 
 

@@ -21,12 +21,16 @@
 #define MAX_MEMORY_MB (1024 * 1024) /* 1 TiB: the memory is sparse, only address space */
 #define DEFAULT_ALIGNMENT 256
 #define MAX_ALIGNMENT (1u << 30)
+/* The driver version the devices report; FL_REFERENCE_DRIVER_VERSION overrides it so
+ * tests can pose as an old or broken driver (README, "The config file": drivers). */
+#define DEFAULT_DRIVER_VERSION "1.0.0"
 
 static drv_device g_devices[DRV_MAX_DEVICES];
 static int32_t g_device_count;
 static uint32_t g_nprocs;
 static fl_status g_init_status = FL_SUCCESS;
 static char g_init_message[256];
+static char g_driver_version[FL_NAME_MAX] = DEFAULT_DRIVER_VERSION;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 /* Parse a whole decimal integer in [lo, hi]; 0 on any other text. */
@@ -64,6 +68,9 @@ static void init_devices(void) {
                                         MAX_MEMORY_MB, 0);
     uint64_t align = (uint64_t)env_setting("FL_REFERENCE_ALIGNMENT", DEFAULT_ALIGNMENT, 1,
                                            MAX_ALIGNMENT, 1);
+    const char *driver = getenv("FL_REFERENCE_DRIVER_VERSION");
+    if (driver && *driver)
+        snprintf(g_driver_version, sizeof g_driver_version, "%s", driver);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     g_nprocs = n > 0 ? (uint32_t)n : 1;
     for (int32_t i = 0; i < count; i++) {
@@ -113,7 +120,7 @@ static void fill_properties(const drv_device *dev, fl_device_properties *p) {
     snprintf(p->vendor, sizeof p->vendor, "Torch-FL");
     /* Derived from the index only, so it is stable across runs. */
     snprintf(p->uuid, sizeof p->uuid, FL_REFERENCE_UUID_PREFIX "-0000-0000-0000-%04d", dev->index);
-    snprintf(p->driver_version, sizeof p->driver_version, "1.0.0");
+    snprintf(p->driver_version, sizeof p->driver_version, "%s", g_driver_version);
     p->total_memory = dev->total_memory;
     p->alignment = dev->alignment;
     p->supported_dtypes = (1ull << FL_DTYPE_COUNT) - 1;

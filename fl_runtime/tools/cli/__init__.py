@@ -1,4 +1,4 @@
-"""`torch-fl`: the user's command line (devices, doctor, coverage, profile).
+"""`torch-fl`: the user's command line (devices, doctor, coverage, profile, lock, check).
 
 One module per subcommand here (the pattern: registry.py, shared with `fl-sdk`);
 every command that prints a report also takes --json.
@@ -9,7 +9,7 @@ import sys
 
 from fl_runtime.tools.cli.registry import make_parser, run
 
-COMMANDS = ("devices", "doctor", "coverage", "profile")
+COMMANDS = ("devices", "doctor", "coverage", "profile", "lock", "check")
 
 
 def main(argv: list[str] | None = None) -> int:
