@@ -11,7 +11,7 @@ import torch
 
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.devices.streams import register_record_stream
-from fl_runtime.integration import autocast, serialization
+from fl_runtime.integration import autocast, parameters, serialization
 from fl_runtime.integration.device_module import make_device_module
 from fl_runtime.logs import logger
 from fl_runtime.ops import copies
@@ -63,6 +63,7 @@ def install(rt) -> None:
     torch.utils.generate_methods_for_privateuse1_backend()
     torch._register_device_module(BACKEND_NAME, make_device_module(rt))
     serialization.install(rt)     # torch.load / storage moves through our allocator
+    parameters.install()          # Module.to keeps Parameter objects (tied weights, optimizers)
     torch._C._acc.register_python_privateuseone_hook(_Hooks(rt))
     torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())
     aten = torch.library.Library("aten", "IMPL")

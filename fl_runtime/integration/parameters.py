@@ -1,0 +1,96 @@
+"""Parameters keep their identity when a module moves to or from fl (F10).
+
+`nn.Module._apply` (behind `.to`, `.cpu`, `.fl`, `.double` ...) keeps a
+Parameter object when the converted tensor has a "compatible shallow-copy
+type" (`param.data = converted`); otherwise it builds a *new* Parameter.
+PyTorch's check knows CPU, CUDA and a few other dense backends but not
+PrivateUse1, and `param.data =` enforces the same check in C++, so for CPU <-> fl
+it cannot be made to pass.  A new Parameter per conversion unties tied
+weights (`lm_head.weight is wte.weight`) and orphans an optimizer built before
+`.to()`: silent wrong training.
+
+PyTorch's other way to keep identity is `torch.utils.swap_tensors`, used by
+`_apply` when `torch.__future__.get_swap_module_params_on_conversion()` is
+True.  That switch is process-wide; flipping it would change CPU-only users'
+conversions too.  Instead this module wraps `Module._apply` so that, for one
+module's own parameters, swapping is asked for on this thread only, and only
+when a conversion moves a parameter between fl and another device type (where
+`param.data =` is impossible).  Everything else, CPU-only code included, takes
+PyTorch's path unchanged.  `load_state_dict` copies into the existing
+parameters (`copy_`) and needs nothing.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+import torch
+import torch.__future__ as future
+from torch import nn
+
+from fl_runtime.devices.registry import DEVICE_TYPE
+
+
+class _Swap(threading.local):
+    """Per thread: whether the `_apply` running now must swap parameters."""
+
+    def __init__(self) -> None:
+        self.on = False
+
+
+_swap = _Swap()
+_installed: list = []
+
+
+def install() -> None:
+    """Wrap `Module._apply` and the swap switch's getter (once per process)."""
+    if _installed:
+        return
+    original_apply = nn.Module._apply
+    original_getter = future.get_swap_module_params_on_conversion
+
+    def get_swap_module_params_on_conversion() -> bool:
+        return _swap.on or original_getter()
+
+    @functools.wraps(original_apply)
+    def _apply(self, fn, recurse=True):
+        own = [p for p in self._parameters.values() if p is not None]
+        if not own or original_getter():
+            return original_apply(self, fn, recurse)
+        converted = _convert_once(fn, own)
+        previous, _swap.on = _swap.on, _needs_swap(own, converted)
+        try:
+            return original_apply(self, converted.fn, recurse)
+        finally:
+            _swap.on = previous
+
+    future.get_swap_module_params_on_conversion = get_swap_module_params_on_conversion
+    nn.Module._apply = _apply
+    _installed.append((original_apply, original_getter))
+
+
+class _convert_once:
+    """`fn` applied to a module's own parameters ahead of `_apply` (to see where they
+    go), handing each result to `_apply`'s own call instead of converting twice."""
+
+    def __init__(self, fn, params: list) -> None:
+        self._fn = fn
+        with torch.no_grad():
+            self.pairs = [(p, fn(p)) for p in params]
+        self._ready = {id(p): applied for p, applied in self.pairs}
+
+    def fn(self, tensor):
+        ready = self._ready.pop(id(tensor), None)
+        return ready if ready is not None else self._fn(tensor)
+
+
+def _needs_swap(params: list, converted: _convert_once) -> bool:
+    """True when a parameter crosses between fl and another device type, where
+    PyTorch would otherwise replace the Parameter object."""
+    for param, applied in converted.pairs:
+        if not isinstance(applied, torch.Tensor):
+            continue
+        involves_fl = DEVICE_TYPE in (param.device.type, applied.device.type)
+        if involves_fl and not torch._has_compatible_shallow_copy_type(param, applied):
+            return True
+    return False
