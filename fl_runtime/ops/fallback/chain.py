@@ -25,10 +25,13 @@ from fl_runtime.errors import UnsupportedOpError
 from fl_runtime.logs import logger
 from fl_runtime.ops import accounting
 from fl_runtime.ops.fallback import generic
-from fl_runtime.ops.fallback.cpu import cpu_fallback, is_view_op
+from fl_runtime.ops.fallback.cpu import cpu_fallback, has_cpu_kernel, is_view_op
 from fl_runtime.ops.schema import numbers_as_tensors
 
 UNSUPPORTED = "unsupported"
+# Ops PyTorch writes for CUDA only (e.g. _thnn_fused_lstm_cell): copying them to the
+# CPU would only trade our error for PyTorch's raw NotImplementedError.
+_NO_CPU_KERNEL = "no CPU fallback (PyTorch has no CPU kernel for it)"
 _MAX_DEPTH = 8      # decompositions nest a few levels; deeper means a cycle we did not see
 
 
@@ -119,6 +122,9 @@ class FallbackChain:
         """The CPU fallback for a call the vendor kernel cannot take after all (`why`:
         its meta kernel failed, an argument the ABI cannot carry), when allowed."""
         self.check_cpu_allowed(op.name(), device_index, f"the vendor kernel cannot take this call ({why})")
+        if not has_cpu_kernel(op):
+            raise UnsupportedOpError(op.name(), f"fl:{device_index}", f"the vendor kernel cannot take this call "
+                                     f"({why}) and {_NO_CPU_KERNEL}; ask the plugin's vendor for a kernel")
         logger.debug("%s: %s; using the CPU fallback", op.name(), why)
         return self._cpu(op, *numbers_as_tensors(op, args, kwargs), device_index, why)
 
@@ -171,13 +177,16 @@ class FallbackChain:
             if problem is None:
                 return Decision(accounting.GENERIC, decomposition)
             reasons.append(f"no generic kernel ({problem})")
-        if self.enable_cpu:
+        if self.enable_cpu and has_cpu_kernel(op):
             return Decision(accounting.CPU, reason="; ".join(reasons))
-        reasons.append("the CPU fallback is off (fallback.enable_cpu_fallback: false)")
+        reasons.append(_NO_CPU_KERNEL if self.enable_cpu else
+                       "the CPU fallback is off (fallback.enable_cpu_fallback: false)")
         dtypes = ", ".join(sorted({str(d).removeprefix("torch.") for d in dtype_signature(args, kwargs)}))
+        remedy = ("turn a fallback on in the config, move this step to the CPU yourself, or ask the plugin's "
+                  "vendor for a kernel" if not (self.enable_cpu and self.enable_generic) else
+                  "move this step to the CPU yourself or ask the plugin's vendor for a kernel")
         return Decision(UNSUPPORTED, reason=f"the vendor has no kernel for it{f' for {dtypes}' if dtypes else ''}; "
-                        + "; ".join(reasons) + "; turn a fallback on in the config, move this step to "
-                        "the CPU yourself, or ask the plugin's vendor for a kernel")
+                        + "; ".join(reasons) + "; " + remedy)
 
     def _generic_problem(self, op, decomposition, args, kwargs, device_index: int, depth: int) -> str | None:
         """None when every leaf of the decomposition runs on fl; else what does not."""

@@ -19,11 +19,23 @@ from torch.utils._pytree import tree_leaves, tree_map
 _CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _warned: set[str] = set()
 _write_args: dict = {}   # op -> indices of schema arguments the op mutates
+_cpu_runnable: dict = {}  # op -> whether PyTorch has a CPU (or composite) kernel for it
 
 
 def is_view_op(op) -> bool:
     returns = op._schema.returns
     return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+
+
+def has_cpu_kernel(op) -> bool:
+    """Whether PyTorch can run `op` on the CPU at all: a CPU kernel, or a composite
+    (CompositeImplicit/Explicit) one the CPU dispatch table computes from it.  Ops
+    written only for CUDA (the fused RNN cells, cuDNN ops) have none: the CPU
+    fallback must never be chosen for them (README "Fallbacks, profiling and coverage")."""
+    found = _cpu_runnable.get(op)
+    if found is None:
+        found = _cpu_runnable[op] = torch._C._dispatch_has_computed_kernel_for_dispatch_key(op.name(), "CPU")
+    return found
 
 
 def _mutated_arg_names(op) -> list[str]:
