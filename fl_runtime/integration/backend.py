@@ -78,7 +78,7 @@ def install(rt) -> None:
     if unknown:
         logger.warning("plugins offer kernels for ops PyTorch does not know (ignored): %s", unknown)
     catch_all = torch.library.Library("_", "IMPL")
-    catch_all.fallback(make_boxed_fallback(rt.launcher.chain), "PrivateUse1")
+    catch_all.fallback(make_boxed_fallback(rt.launcher.chain, rt.current_device), "PrivateUse1")
     _libraries.extend([aten, catch_all])
     autocast.register()     # the cast policy of torch.autocast("fl")
     # PyTorch's Python device guard reports one device, so the autograd engine

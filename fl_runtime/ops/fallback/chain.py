@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._pytree import tree_leaves
 
+from fl_runtime.abi import DTYPE_TO_FL
 from fl_runtime.errors import UnsupportedOpError
 from fl_runtime.logs import logger
 from fl_runtime.ops import accounting
@@ -209,6 +210,9 @@ class FallbackChain:
         except generic.InfeasibleDecomposition as exc:
             return f"its decomposition cannot be traced: {exc}"
         for leaf in leaves:
+            foreign = _foreign_dtype(leaf)
+            if foreign is not None:      # e.g. eye's decomposition counts in uint16
+                return f"it makes {foreign} tensors, which the Torch-FL ABI cannot hold"
             if generic.routes_to_out(leaf[0]):      # on fl it lands on its out= overload: judge that
                 routed = generic.out_call(*leaf)
                 if routed is None:
@@ -245,3 +249,12 @@ class FallbackChain:
             return True
         return (func.namespace == "aten" and not generic.routes_to_out(func)
                 and torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CompositeExplicitAutograd"))
+
+
+def _foreign_dtype(leaf) -> torch.dtype | None:
+    """A dtype of the leaf's tensors (arguments or results) that fl tensors cannot have."""
+    _, args, kwargs, result = leaf
+    for value in tree_leaves((args, kwargs, result)):
+        if isinstance(value, torch.Tensor) and value.dtype not in DTYPE_TO_FL:
+            return value.dtype
+    return None
