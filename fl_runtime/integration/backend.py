@@ -11,7 +11,7 @@ import torch
 
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.devices.streams import register_record_stream
-from fl_runtime.integration import autocast, parameters, serialization
+from fl_runtime.integration import autocast, fork, ipc, parameters, serialization, storages
 from fl_runtime.integration.device_module import make_device_module
 from fl_runtime.logs import logger
 from fl_runtime.ops import copies, rnn
@@ -60,10 +60,16 @@ def install(rt) -> None:
     # minus the rename when the slot already carries our name.
     if current != BACKEND_NAME:
         torch.utils.rename_privateuse1_backend(BACKEND_NAME)
-    torch.utils.generate_methods_for_privateuse1_backend()
+    # for_storage: UntypedStorage.is_fl / .fl() and the TypedStorage ones (storages.py
+    # then routes .fl() and construction through our allocator).
+    torch.utils.generate_methods_for_privateuse1_backend(for_storage=True,
+                                                         unsupported_dtype=storages.unsupported_dtypes())
     torch._register_device_module(BACKEND_NAME, make_device_module(rt))
     serialization.install(rt)     # torch.load / storage moves through our allocator
     parameters.install()          # Module.to keeps Parameter objects (tied weights, optimizers)
+    storages.install(rt)          # torch.UntypedStorage(n, device="fl") through our allocator
+    ipc.install()                 # fl tensors sent to another process: a clear error, never a hang
+    fork.register(rt)             # children forked from now on must not use fl
     torch._C._acc.register_python_privateuseone_hook(_Hooks(rt))
     torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())
     aten = torch.library.Library("aten", "IMPL")
