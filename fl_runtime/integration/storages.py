@@ -20,6 +20,7 @@ import torch
 
 from fl_runtime.abi import DTYPE_TO_FL
 from fl_runtime.devices.registry import DEVICE_TYPE
+from fl_runtime.errors import UnsupportedOpError
 
 _installed: list = []
 
@@ -59,4 +60,18 @@ def install(rt) -> None:
         return new_fl_storage(rt, target, args[0] if args else 0)
 
     torch.UntypedStorage.__new__ = staticmethod(__new__)
+    torch.UntypedStorage.resize_ = _refuse_fl_resize(torch.UntypedStorage.resize_)
     _installed.append(base_new)
+
+
+def _refuse_fl_resize(original):
+    """PyTorch resizes a storage through the device's C++ allocator, which a Python backend
+    cannot register (it raises a message about PrivateUse1HooksInterface): say what to do."""
+    def resize_(self, size):
+        if self.device.type == DEVICE_TYPE:
+            raise UnsupportedOpError("UntypedStorage.resize_", str(self.device),
+                                     "PyTorch 2.13 resizes storages only through a C++ allocator, which a "
+                                     "Python backend cannot register; resize the tensor instead "
+                                     "(t.resize_(...)), or make a new storage and copy_ into it")
+        return original(self, size)
+    return resize_
