@@ -151,3 +151,25 @@ def test_user_swap_switch_is_still_honoured(fl):
     finally:
         torch.__future__.set_swap_module_params_on_conversion(False)
     assert torch.__future__.get_swap_module_params_on_conversion() is False
+
+
+def test_after_backward_identity_is_kept(fl):
+    model = TinyLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    _train(model, opt, "cpu", steps=1)         # AccumulateGrad nodes exist now
+    weight = model.wte.weight
+    model.to("fl:0")
+    assert model.wte.weight is weight and weight.device.type == "fl"
+
+
+def test_a_parameter_held_by_a_live_graph_still_moves_with_a_warning(fl):
+    # swap_tensors refuses a tensor a live graph holds; the conversion must still work
+    # (PyTorch's new Parameter, as before) and say why identity was not kept.
+    model = nn.Linear(3, 2)
+    alive = model(torch.ones(1, 3, requires_grad=True)).sum()     # the graph saves the weight
+    expected = model.weight.detach().clone()
+    with pytest.warns(UserWarning, match=r"Linear.weight moves to a new Parameter object"):
+        model.to("fl:0")
+    assert model.weight.device.type == "fl"
+    torch.testing.assert_close(model.weight.cpu(), expected, rtol=0, atol=0)
+    del alive

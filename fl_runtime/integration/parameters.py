@@ -15,7 +15,9 @@ True.  That switch is process-wide; flipping it would change CPU-only users'
 conversions too.  Instead this module wraps `Module._apply` so that, for one
 module's own parameters, swapping is asked for on this thread only, and only
 when a conversion moves a parameter between fl and another device type (where
-`param.data =` is impossible).  Everything else, CPU-only code included, takes
+`param.data =` is impossible) and the swap can succeed: a parameter held by a live
+autograd graph or a view cannot be swapped, and gets PyTorch's new Parameter with
+a warning that says so.  Everything else, CPU-only code included, takes
 PyTorch's path unchanged.  `load_state_dict` copies into the existing
 parameters (`copy_`) and needs nothing.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 
 import torch
 import torch.__future__ as future
@@ -58,7 +61,7 @@ def install() -> None:
         if not own or original_getter():
             return original_apply(self, fn, recurse)
         converted = _convert_once(fn, own)
-        previous, _swap.on = _swap.on, _needs_swap(own, converted)
+        previous, _swap.on = _swap.on, _needs_swap(self, converted)
         try:
             return original_apply(self, converted.fn, recurse)
         finally:
@@ -84,13 +87,37 @@ class _convert_once:
         return ready if ready is not None else self._fn(tensor)
 
 
-def _needs_swap(params: list, converted: _convert_once) -> bool:
+def _needs_swap(module: nn.Module, converted: _convert_once) -> bool:
     """True when a parameter crosses between fl and another device type, where
-    PyTorch would otherwise replace the Parameter object."""
+    PyTorch would otherwise replace the Parameter object, and swapping can work."""
+    crossing = False
     for param, applied in converted.pairs:
         if not isinstance(applied, torch.Tensor):
             continue
         involves_fl = DEVICE_TYPE in (param.device.type, applied.device.type)
-        if involves_fl and not torch._has_compatible_shallow_copy_type(param, applied):
-            return True
-    return False
+        crossing |= involves_fl and not torch._has_compatible_shallow_copy_type(param, applied)
+    if not crossing:
+        return False
+    held = [name for name, param in module._parameters.items() if param is not None and not _swappable(param)]
+    if held:
+        warnings.warn(f"torch_fl: {type(module).__name__}.{held[0]} moves to a new Parameter object on this "
+                      "conversion, as PyTorch does for backends it does not know: something else (a live "
+                      "autograd graph, a view) holds the tensor, so it cannot be swapped in place. Weights tied "
+                      "to it and optimizers built before the conversion keep the old one; convert the model "
+                      "before running it or building its optimizer.", stacklevel=4)
+        return False
+    return True
+
+
+def _swappable(param: torch.Tensor) -> bool:
+    """Whether torch.utils.swap_tensors accepts `param` (its own use-count rule: one
+    reference, or two when the second is the leaf's AccumulateGrad node)."""
+    count = param._use_count()
+    if count <= 1:
+        return True
+    if count != 2 or not param.is_leaf or not param.requires_grad:
+        return False
+    edge = torch.autograd.graph.get_gradient_edge(param)   # lazily made here if it did not exist
+    swappable = param._use_count() == 2
+    del edge
+    return swappable
