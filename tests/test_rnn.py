@@ -176,3 +176,19 @@ def test_an_op_without_a_cpu_kernel_is_unsupported_not_a_raw_pytorch_error(fl):
     assert "_thnn_fused_lstm_cell_backward_impl" in message and "fl:0" in message
     assert "PyTorch has no CPU kernel for it" in message
     assert "Could not run" not in message
+
+
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU, nn.LSTMCell, nn.GRUCell])
+def test_autocast_runs_rnns_in_the_autocast_dtype(fl, kind):
+    # CUDA's policy (cuDNN RNNs, lstm_cell, gru_cell in low precision), compared with the
+    # float32 CPU result at bfloat16 accuracy.
+    torch.manual_seed(10)
+    module = kind(3, 4)
+    x = torch.randn(5, 2, 3) if kind in (nn.LSTM, nn.GRU) else torch.randn(2, 3)
+    fl_module = copy.deepcopy(module).to("fl:0")
+    with torch.autocast("fl", dtype=torch.bfloat16):
+        got = fl_module(x.to("fl:0"))
+    want = module(x)
+    for g, w in zip(_flat(got), _flat(want)):
+        assert g.dtype == torch.bfloat16
+        torch.testing.assert_close(g.float().cpu(), w, rtol=0.05, atol=0.02)
