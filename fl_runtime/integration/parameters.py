@@ -60,7 +60,7 @@ def install() -> None:
         own = [p for p in self._parameters.values() if p is not None]
         if not own or original_getter():
             return original_apply(self, fn, recurse)
-        converted = _convert_once(fn, own)
+        converted = _ConvertOnce(fn, own)
         previous, _swap.on = _swap.on, _needs_swap(self, converted)
         try:
             return original_apply(self, converted.fn, recurse)
@@ -72,7 +72,7 @@ def install() -> None:
     _installed.append((original_apply, original_getter))
 
 
-class _convert_once:
+class _ConvertOnce:
     """`fn` applied to a module's own parameters ahead of `_apply` (to see where they
     go), handing each result to `_apply`'s own call instead of converting twice."""
 
@@ -87,7 +87,7 @@ class _convert_once:
         return ready if ready is not None else self._fn(tensor)
 
 
-def _needs_swap(module: nn.Module, converted: _convert_once) -> bool:
+def _needs_swap(module: nn.Module, converted: _ConvertOnce) -> bool:
     """True when a parameter crosses between fl and another device type, where
     PyTorch would otherwise replace the Parameter object, and swapping can work."""
     crossing = False
