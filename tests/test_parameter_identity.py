@@ -173,3 +173,16 @@ def test_a_parameter_held_by_a_live_graph_still_moves_with_a_warning(fl):
     assert model.weight.device.type == "fl"
     torch.testing.assert_close(model.weight.cpu(), expected, rtol=0, atol=0)
     del alive
+
+
+def test_meta_init_then_to_empty_on_fl_keeps_ties(fl):
+    # The large-model recipe: build on meta, materialise on the device, load weights.
+    with torch.device("meta"):
+        model = TinyLM()
+    weight = model.wte.weight
+    model.to_empty(device="fl:0")
+    assert model.wte.weight is weight and model.lm_head.weight is weight and weight.device.type == "fl"
+    source = TinyLM()
+    model.load_state_dict(source.state_dict())
+    tokens, _ = _tokens()
+    torch.testing.assert_close(model(tokens.to("fl:0")).cpu(), source(tokens), rtol=1e-5, atol=1e-5)
