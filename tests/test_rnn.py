@@ -192,3 +192,14 @@ def test_autocast_runs_rnns_in_the_autocast_dtype(fl, kind):
     for g, w in zip(_flat(got), _flat(want)):
         assert g.dtype == torch.bfloat16
         torch.testing.assert_close(g.float().cpu(), w, rtol=0.05, atol=0.02)
+
+
+def test_a_declined_vendor_call_of_an_op_without_cpu_kernel_is_unsupported(fl):
+    # The launcher's way into the CPU link (a vendor kernel that declines a call) checks
+    # the same feasibility as the chain's decision.
+    chain = fl.runtime().launcher.chain
+    op = torch.ops.aten._thnn_fused_gru_cell_backward.default
+    grad, workspace = torch.zeros(2, 4, device="fl:0"), torch.zeros(2, 20, device="fl:0")
+    with pytest.raises(UnsupportedOpError, match="vendor kernel cannot take this call \\(declined\\) and no CPU "
+                       "fallback \\(PyTorch has no CPU kernel for it\\)"):
+        chain.run_on_cpu(op, (grad, workspace, True), {}, 0, "declined")
