@@ -15,8 +15,10 @@ from __future__ import annotations
 from fl_runtime.errors import (
     ConfigError,
     DeviceNotFoundError,
+    FLBadForkError,
     FLError,
     FLOutOfMemoryError,
+    FLSharingError,
     IncompatibleABIError,
     PluginLoadError,
     TorchVersionError,
@@ -93,4 +95,4 @@ __all__ = ["__version__", "init", "runtime", "list_devices", "device_count", "wh
            "synchronize", "plugin_certifications", "last_hidden_error", "op_stats", "profile", "Profile", "coverage",
            "CoverageReport", "FLError", "ConfigError", "PluginLoadError", "IncompatibleABIError",
            "VendorError", "UnsupportedOpError", "DeviceNotFoundError", "UnsupportedDtypeError", "FLOutOfMemoryError",
-           "TorchVersionError", "UncertifiedPluginError"]
+           "TorchVersionError", "UncertifiedPluginError", "FLBadForkError", "FLSharingError"]
