@@ -186,3 +186,25 @@ def test_meta_init_then_to_empty_on_fl_keeps_ties(fl):
     model.load_state_dict(source.state_dict())
     tokens, _ = _tokens()
     torch.testing.assert_close(model(tokens.to("fl:0")).cpu(), source(tokens), rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_only_apply_calls_fn_as_pytorch_does(fl, monkeypatch):
+    # Same calls, same order, same results as PyTorch's own Module._apply.
+    from fl_runtime.integration import parameters
+    original_apply = parameters._installed[0][0]
+
+    def run(apply):
+        torch.manual_seed(0)
+        model = nn.Sequential(TinyLM(), nn.Linear(11, 2), nn.MultiheadAttention(4, 2))   # own params + a child
+        model[0].wte.weight.grad = torch.ones_like(model[0].wte.weight)
+        seen = []
+
+        def fn(t):
+            seen.append((tuple(t.shape), t.dtype))
+            return t.double()
+        apply(model, fn)
+        return seen, [(type(p), p.dtype) for p in model.parameters()], model[0].wte.weight.grad.dtype
+
+    with_torch_fl = run(lambda m, fn: m._apply(fn))
+    monkeypatch.setattr(nn.Module, "_apply", original_apply)      # PyTorch's, all the way down
+    assert with_torch_fl == run(lambda m, fn: m._apply(fn))

@@ -12,8 +12,11 @@ weights (`lm_head.weight is wte.weight`) and orphans an optimizer built before
 PyTorch's other way to keep identity is `torch.utils.swap_tensors`, used by
 `_apply` when `torch.__future__.get_swap_module_params_on_conversion()` is
 True.  That switch is process-wide; flipping it would change CPU-only users'
-conversions too.  Instead this module wraps `Module._apply` so that, for one
-module's own parameters, swapping is asked for on this thread only, and only
+conversions too.  Instead this module wraps `Module._apply` and the switch's
+getter: when `_apply` reads the switch for one module (once, after converting
+the children), the getter converts that module's own parameters (the results
+are reused by `_apply`, so nothing is converted twice or out of order) and
+answers True on this thread only, and only
 when a conversion moves a parameter between fl and another device type (where
 `param.data =` is impossible) and the swap can succeed: a parameter held by a live
 autograd graph or a view cannot be swapped, and gets PyTorch's new Parameter with
@@ -34,14 +37,15 @@ from torch import nn
 from fl_runtime.devices.registry import DEVICE_TYPE
 
 
-class _Swap(threading.local):
-    """Per thread: whether the `_apply` running now must swap parameters."""
+class _Pending(threading.local):
+    """Per thread: the conversion of the module whose `_apply` is about to read the swap
+    switch (PyTorch reads it once per module, after converting the children)."""
 
     def __init__(self) -> None:
-        self.on = False
+        self.conversion: _ConvertOnce | None = None
 
 
-_swap = _Swap()
+_pending = _Pending()
 _installed: list = []
 
 
@@ -53,19 +57,20 @@ def install() -> None:
     original_getter = future.get_swap_module_params_on_conversion
 
     def get_swap_module_params_on_conversion() -> bool:
-        return _swap.on or original_getter()
+        conversion, _pending.conversion = _pending.conversion, None     # answered once per _apply
+        if conversion is not None and conversion.needs_swap():
+            return True
+        return original_getter()
 
     @functools.wraps(original_apply)
     def _apply(self, fn, recurse=True):
         own = [p for p in self._parameters.values() if p is not None]
-        if not own or original_getter():
-            return original_apply(self, fn, recurse)
-        converted = _ConvertOnce(fn, own)
-        previous, _swap.on = _swap.on, _needs_swap(self, converted)
+        conversion = _ConvertOnce(self, fn, own) if own and not original_getter() else None
+        previous, _pending.conversion = _pending.conversion, conversion
         try:
-            return original_apply(self, converted.fn, recurse)
+            return original_apply(self, fn if conversion is None else conversion.fn, recurse)
         finally:
-            _swap.on = previous
+            _pending.conversion = previous
 
     future.get_swap_module_params_on_conversion = get_swap_module_params_on_conversion
     nn.Module._apply = _apply
@@ -73,25 +78,32 @@ def install() -> None:
 
 
 class _ConvertOnce:
-    """`fn` applied to a module's own parameters ahead of `_apply` (to see where they
-    go), handing each result to `_apply`'s own call instead of converting twice."""
+    """One module's conversion: when `_apply` asks whether to swap, `fn` is applied to the
+    module's own parameters (in `_apply`'s own order: after the children) to see where they
+    go, and each result is handed to `_apply`'s own call instead of converting twice."""
 
-    def __init__(self, fn, params: list) -> None:
+    def __init__(self, module: nn.Module, fn, params: list) -> None:
+        self._module = module
         self._fn = fn
+        self._params = params
+        self._ready: dict[int, torch.Tensor] = {}
+
+    def needs_swap(self) -> bool:
         with torch.no_grad():
-            self.pairs = [(p, fn(p)) for p in params]
-        self._ready = {id(p): applied for p, applied in self.pairs}
+            pairs = [(p, self._fn(p)) for p in self._params]
+        self._ready = {id(p): applied for p, applied in pairs}
+        return _needs_swap(self._module, pairs)
 
     def fn(self, tensor):
         ready = self._ready.pop(id(tensor), None)
         return ready if ready is not None else self._fn(tensor)
 
 
-def _needs_swap(module: nn.Module, converted: _ConvertOnce) -> bool:
+def _needs_swap(module: nn.Module, pairs: list) -> bool:
     """True when a parameter crosses between fl and another device type, where
     PyTorch would otherwise replace the Parameter object, and swapping can work."""
     crossing = False
-    for param, applied in converted.pairs:
+    for param, applied in pairs:
         if not isinstance(applied, torch.Tensor):
             continue
         involves_fl = DEVICE_TYPE in (param.device.type, applied.device.type)
