@@ -208,3 +208,50 @@ def test_cpu_only_apply_calls_fn_as_pytorch_does(fl, monkeypatch):
     with_torch_fl = run(lambda m, fn: m._apply(fn))
     monkeypatch.setattr(nn.Module, "_apply", original_apply)      # PyTorch's, all the way down
     assert with_torch_fl == run(lambda m, fn: m._apply(fn))
+
+
+class TinyGPT(nn.Module):
+    """GPT-2's shape in miniature: token + position embeddings, a causal block, a head tied
+    to the token embedding."""
+
+    def __init__(self, vocab: int = 13, width: int = 8, context: int = 6) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+        self.block = nn.TransformerEncoderLayer(width, 2, 16, dropout=0.0, batch_first=True, norm_first=True)
+        self.ln_f = nn.LayerNorm(width)
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, tokens):
+        n = tokens.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(n, device=tokens.device)
+        x = self.wte(tokens) + self.wpe(torch.arange(n, device=tokens.device))
+        return self.lm_head(self.ln_f(self.block(x, src_mask=mask, is_causal=True)))
+
+
+def test_tiny_gpt_trains_like_the_cpu_with_an_optimizer_built_first(fl):
+    torch.manual_seed(3)
+    cpu_model = TinyGPT()
+    fl_model = copy.deepcopy(cpu_model)
+    g = torch.Generator().manual_seed(4)
+    tokens = torch.randint(0, 13, (2, 6), generator=g)
+
+    def train(model, opt, device):
+        x, y = tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x).reshape(-1, 13), y.reshape(-1))
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
+    want = train(cpu_model, torch.optim.AdamW(cpu_model.parameters(), lr=0.01), "cpu")
+    opt = torch.optim.AdamW(fl_model.parameters(), lr=0.01)
+    fl_model.to("fl:0")
+    got = train(fl_model, opt, "fl:0")
+    assert fl_model.lm_head.weight is fl_model.wte.weight
+    assert got == pytest.approx(want, rel=1e-4, abs=1e-5)
+    torch.testing.assert_close(fl_model.wte.weight.cpu(), cpu_model.wte.weight, rtol=1e-4, atol=1e-5)
