@@ -15,8 +15,10 @@ from __future__ import annotations
 from fl_runtime.errors import (
     ConfigError,
     DeviceNotFoundError,
+    FLBadForkError,
     FLError,
     FLOutOfMemoryError,
+    FLSharingError,
     IncompatibleABIError,
     LockFileError,
     LockMismatchError,
@@ -96,4 +98,5 @@ __all__ = ["__version__", "init", "runtime", "list_devices", "device_count", "wh
            "synchronize", "plugin_certifications", "last_hidden_error", "op_stats", "profile", "Profile", "coverage",
            "CoverageReport", "FLError", "ConfigError", "PluginLoadError", "IncompatibleABIError",
            "VendorError", "UnsupportedOpError", "DeviceNotFoundError", "UnsupportedDtypeError", "FLOutOfMemoryError",
-           "TorchVersionError", "UncertifiedPluginError", "StackLockError", "LockFileError", "LockMismatchError"]
+           "TorchVersionError", "UncertifiedPluginError", "StackLockError", "LockFileError", "LockMismatchError",
+           "FLBadForkError", "FLSharingError"]

@@ -117,3 +117,24 @@ class LockMismatchError(StackLockError):
                          "with `torch-fl lock` (see `torch-fl check`)")
         self.path = path
         self.differences = differences
+
+
+class FLBadForkError(FLError):
+    """fl used in a process forked after its parent started the runtime."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what}: fl devices cannot be used in a forked subprocess: the parent process started the "
+            "Torch-FL runtime before fork(), and a device driver's state does not survive fork(). Start "
+            "workers with the 'spawn' method (torch.multiprocessing.set_start_method('spawn') or "
+            "multiprocessing.get_context('spawn')), or keep the child's work on the CPU")
+
+
+class FLSharingError(FLError):
+    """An fl tensor or storage sent to another process (the ABI has no IPC memory)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"cannot send {what} to another process: the Torch-FL ABI has no inter-process device memory. "
+            "Send a CPU copy instead (t.cpu(), which multiprocessing shares without copying) and move it to "
+            "fl in the receiving process")

@@ -34,6 +34,18 @@ def python():
     return run_python
 
 
+@pytest.fixture
+def script(tmp_path):
+    """Like `python`, but runs the code as a script file: multiprocessing's 'spawn' start
+    method re-imports the main module, which `python -c` does not have."""
+    def run(code: str, env: dict | None = None, timeout: float = 300):
+        path = tmp_path / "script.py"
+        path.write_text(textwrap.dedent(code))
+        return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, cwd=ROOT)
+    return run
+
+
 @pytest.fixture(scope="session")
 def fl():
     """The runtime, started in this process on the reference vendor."""

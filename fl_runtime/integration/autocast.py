@@ -29,6 +29,8 @@ LOWER = (
     "conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose1d", "conv_transpose2d",
     "conv_transpose3d", "conv_tbc", "prelu", "einsum", "chain_matmul", "linalg_multi_dot",
     "_scaled_dot_product_attention_math", "scaled_dot_product_attention",
+    # RNNs, as CUDA's and the CPU's policies have them (the cells run in the autocast dtype)
+    "lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
 )
 FP32 = (
     "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal",

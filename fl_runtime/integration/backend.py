@@ -11,10 +11,10 @@ import torch
 
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.devices.streams import register_record_stream
-from fl_runtime.integration import autocast, serialization
+from fl_runtime.integration import autocast, fork, ipc, parameters, serialization, storages
 from fl_runtime.integration.device_module import make_device_module
 from fl_runtime.logs import logger
-from fl_runtime.ops import copies
+from fl_runtime.ops import copies, rnn
 from fl_runtime.ops import factories as tensors
 from fl_runtime.ops.fallback.cpu import make_boxed_fallback
 from fl_runtime.ops.rng import register_seeded_dropout
@@ -22,7 +22,7 @@ from fl_runtime.ops.rng import register_seeded_dropout
 BACKEND_NAME = DEVICE_TYPE
 # Ops the runtime implements itself (they call vendor kernels for their device part).
 RUNTIME_OWNED = {"copy_", "empty.memory_format", "empty_strided", "_local_scalar_dense", "resize_",
-                 "record_stream", "native_dropout"}
+                 "record_stream", "native_dropout", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell"}
 _FAST_VIEWS = ("view", "as_strided", "_reshape_alias", "unfold", "alias")
 _CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _libraries: list = []     # registrations live as long as these objects
@@ -60,9 +60,16 @@ def install(rt) -> None:
     # minus the rename when the slot already carries our name.
     if current != BACKEND_NAME:
         torch.utils.rename_privateuse1_backend(BACKEND_NAME)
-    torch.utils.generate_methods_for_privateuse1_backend()
+    # for_storage: UntypedStorage.is_fl / .fl() and the TypedStorage ones (storages.py
+    # then routes .fl() and construction through our allocator).
+    torch.utils.generate_methods_for_privateuse1_backend(for_storage=True,
+                                                         unsupported_dtype=storages.unsupported_dtypes())
     torch._register_device_module(BACKEND_NAME, make_device_module(rt))
     serialization.install(rt)     # torch.load / storage moves through our allocator
+    parameters.install()          # Module.to keeps Parameter objects (tied weights, optimizers)
+    storages.install(rt)          # torch.UntypedStorage(n, device="fl") through our allocator
+    ipc.install()                 # fl tensors sent to another process: a clear error, never a hang
+    fork.register(rt)             # children forked from now on must not use fl
     torch._C._acc.register_python_privateuseone_hook(_Hooks(rt))
     torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())
     aten = torch.library.Library("aten", "IMPL")
@@ -70,13 +77,14 @@ def install(rt) -> None:
     copies.register(aten, rt)
     register_record_stream(aten, rt)
     register_seeded_dropout(aten, rt)
+    rnn.register(aten)             # the fused LSTM/GRU cells PyTorch picks for non-CPU devices
     for name in _FAST_VIEWS:
         aten.impl(name, _redispatch_view(name), "PrivateUse1")
     unknown = rt.launcher.register(aten, rt.op_names, skip=RUNTIME_OWNED | set(_FAST_VIEWS))
     if unknown:
         logger.warning("plugins offer kernels for ops PyTorch does not know (ignored): %s", unknown)
     catch_all = torch.library.Library("_", "IMPL")
-    catch_all.fallback(make_boxed_fallback(rt.launcher.chain), "PrivateUse1")
+    catch_all.fallback(make_boxed_fallback(rt.launcher.chain, rt.current_device), "PrivateUse1")
     _libraries.extend([aten, catch_all])
     autocast.register()     # the cast policy of torch.autocast("fl")
     # PyTorch's Python device guard reports one device, so the autograd engine

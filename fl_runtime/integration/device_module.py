@@ -16,6 +16,7 @@ from fl_runtime.devices import allocator as _memory
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.devices.streams import Event as _Event
 from fl_runtime.devices.streams import Stream as _Stream
+from fl_runtime.integration.fork import lifecycle_api
 
 BACKEND = DEVICE_TYPE
 
@@ -28,9 +29,8 @@ def make_device_module(rt) -> types.ModuleType:
         for name, value in group.items():
             setattr(mod, name, value)
     mod._utils = types.SimpleNamespace(_get_device_index=lambda device, optional=False: index_of(device))
-    mod.is_initialized = lambda: True
-    mod._is_in_bad_fork = lambda: False
-    mod._lazy_init = lambda: None
+    for name, value in lifecycle_api(lambda: rt).items():     # init, is_initialized, bad fork
+        setattr(mod, name, value)
     return mod
 
 

@@ -94,6 +94,8 @@ def marshal(plan: OpPlan, values: list, outputs: list, take_rng, entry) -> tuple
     count = len(values) + len(outputs)
     if count > Arena.ARGS:
         raise MarshalError(f"{plan.name}: {count} arguments exceed the {Arena.ARGS} a call can carry")
+    if plan.has_generator:
+        _refuse_explicit_generator(plan, values)     # before a template could replay the device's stream
     arena = _arena()
     template = entry.template
     if template is not None and template.arena is arena:
@@ -107,6 +109,17 @@ def marshal(plan: OpPlan, values: list, outputs: list, take_rng, entry) -> tuple
             return arena.args, count
         except ArenaFull:
             arena = _arena(arena.size * 4)
+
+
+def _refuse_explicit_generator(plan: OpPlan, values: list) -> None:
+    """PyTorch 2.13 makes device generators only through C++ hooks, so an explicit one is
+    a CPU generator: the launcher's CPU fallback runs the op with it, so its seed governs
+    the values (README "Status and known limits").  Checked on every launch: a template
+    recorded without a generator would otherwise draw from the device's stream instead."""
+    for spec, value in zip(plan.args, values):
+        if spec.tag == TAG_GENERATOR and value is not None:
+            raise MarshalError("an explicit torch.Generator is a CPU generator (PyTorch cannot make fl "
+                               "ones); the op runs on the CPU with it, as its seed asks")
 
 
 def _replay(template: Template, arena: Arena, values: list, outputs: list, take_rng) -> None:
@@ -134,8 +147,6 @@ def _fill(arena: Arena, plan: OpPlan, values: list, outputs: list, take_rng, sit
     slot = 0
     for i, (spec, value) in enumerate(zip(plan.args, values)):
         if spec.tag == TAG_GENERATOR:
-            if value is not None:
-                raise MarshalError("an explicit torch.Generator is not supported by fl kernels yet")
             numel = sum(o.numel() for o in outputs if o is not None)
             at = cv.put_list(arena, slot, TAG_INT_LIST, take_rng(numel))
             sites.append((_SITE_RNG, at, i, 0))

@@ -21,14 +21,18 @@ from dataclasses import dataclass
 import torch
 from torch.utils._pytree import tree_leaves
 
+from fl_runtime.abi import DTYPE_TO_FL
 from fl_runtime.errors import UnsupportedOpError
 from fl_runtime.logs import logger
 from fl_runtime.ops import accounting
 from fl_runtime.ops.fallback import generic
-from fl_runtime.ops.fallback.cpu import cpu_fallback, is_view_op
+from fl_runtime.ops.fallback.cpu import cpu_fallback, has_cpu_kernel, is_view_op
 from fl_runtime.ops.schema import numbers_as_tensors
 
 UNSUPPORTED = "unsupported"
+# Ops PyTorch writes for CUDA only (e.g. _thnn_fused_lstm_cell): copying them to the
+# CPU would only trade our error for PyTorch's raw NotImplementedError.
+_NO_CPU_KERNEL = "no CPU fallback (PyTorch has no CPU kernel for it)"
 _MAX_DEPTH = 8      # decompositions nest a few levels; deeper means a cycle we did not see
 _UNKNOWN = object()   # not yet in the feasibility cache (None there means "feasible")
 
@@ -158,6 +162,9 @@ class FallbackChain:
         its meta kernel failed, an argument the ABI cannot carry), when allowed."""
         check_no_cpu_operands(op, args, kwargs, device_index)
         self.check_cpu_allowed(op.name(), device_index, f"the vendor kernel cannot take this call ({why})")
+        if not has_cpu_kernel(op):
+            raise UnsupportedOpError(op.name(), f"fl:{device_index}", f"the vendor kernel cannot take this call "
+                                     f"({why}) and {_NO_CPU_KERNEL}; ask the plugin's vendor for a kernel")
         logger.debug("%s: %s; using the CPU fallback", op.name(), why)
         return self._cpu(op, *numbers_as_tensors(op, args, kwargs), device_index, why)
 
@@ -210,13 +217,16 @@ class FallbackChain:
             if problem is None:
                 return Decision(accounting.GENERIC, decomposition)
             reasons.append(f"no generic kernel ({problem})")
-        if self.enable_cpu:
+        if self.enable_cpu and has_cpu_kernel(op):
             return Decision(accounting.CPU, reason="; ".join(reasons))
-        reasons.append("the CPU fallback is off (fallback.enable_cpu_fallback: false)")
+        reasons.append(_NO_CPU_KERNEL if self.enable_cpu else
+                       "the CPU fallback is off (fallback.enable_cpu_fallback: false)")
         dtypes = ", ".join(sorted({str(d).removeprefix("torch.") for d in dtype_signature(args, kwargs)}))
+        remedy = ("turn a fallback on in the config, move this step to the CPU yourself, or ask the plugin's "
+                  "vendor for a kernel" if not (self.enable_cpu and self.enable_generic) else
+                  "move this step to the CPU yourself or ask the plugin's vendor for a kernel")
         return Decision(UNSUPPORTED, reason=f"the vendor has no kernel for it{f' for {dtypes}' if dtypes else ''}; "
-                        + "; ".join(reasons) + "; turn a fallback on in the config, move this step to "
-                        "the CPU yourself, or ask the plugin's vendor for a kernel")
+                        + "; ".join(reasons) + "; " + remedy)
 
     def _generic_problem(self, op, decomposition, args, kwargs, device_index: int, depth: int) -> str | None:
         """None when every leaf of the decomposition runs on fl; else what does not."""
@@ -240,6 +250,9 @@ class FallbackChain:
         except generic.InfeasibleDecomposition as exc:
             return f"its decomposition cannot be traced: {exc}"
         for leaf in leaves:
+            foreign = _foreign_dtype(leaf)
+            if foreign is not None:      # e.g. eye's decomposition counts in uint16
+                return f"it makes {foreign} tensors, which the Torch-FL ABI cannot hold"
             if generic.routes_to_out(leaf[0]):      # on fl it lands on its out= overload: judge that
                 routed = generic.out_call(*leaf)
                 if routed is None:
@@ -276,3 +289,12 @@ class FallbackChain:
             return True
         return (func.namespace == "aten" and not generic.routes_to_out(func)
                 and torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CompositeExplicitAutograd"))
+
+
+def _foreign_dtype(leaf) -> torch.dtype | None:
+    """A dtype of the leaf's tensors (arguments or results) that fl tensors cannot have."""
+    _, args, kwargs, result = leaf
+    for value in tree_leaves((args, kwargs, result)):
+        if isinstance(value, torch.Tensor) and value.dtype not in DTYPE_TO_FL:
+            return value.dtype
+    return None

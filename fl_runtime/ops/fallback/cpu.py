@@ -12,18 +12,32 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
 _CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_CPU = torch.device("cpu")
 _warned: set[str] = set()
 _write_args: dict = {}   # op -> indices of schema arguments the op mutates
+_cpu_runnable: dict = {}  # op -> whether PyTorch has a CPU (or composite) kernel for it
 
 
 def is_view_op(op) -> bool:
     returns = op._schema.returns
     return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+
+
+def has_cpu_kernel(op) -> bool:
+    """Whether PyTorch can run `op` on the CPU at all: a CPU kernel, or a composite
+    (CompositeImplicit/Explicit) one the CPU dispatch table computes from it.  Ops
+    written only for CUDA (the fused RNN cells, cuDNN ops) have none: the CPU
+    fallback must never be chosen for them (README "Fallbacks, profiling and coverage")."""
+    found = _cpu_runnable.get(op)
+    if found is None:
+        found = _cpu_runnable[op] = torch._C._dispatch_has_computed_kernel_for_dispatch_key(op.name(), "CPU")
+    return found
 
 
 def _mutated_arg_names(op) -> list[str]:
@@ -34,22 +48,29 @@ def _mutated_arg_names(op) -> list[str]:
     return names
 
 
-def _first_fl_device(args, kwargs) -> int:
+def _first_fl_device(args, kwargs, current_device) -> int:
+    """The fl index an op runs on: its first fl tensor's, else its `device=` argument's
+    (a factory: torch.triu_indices(3, 3, device="fl:1")), else the current device."""
+    devices = []
     for value in (*args, *kwargs.values()):
         items = value if isinstance(value, (list, tuple)) else (value,)
         for item in items:
             if isinstance(item, torch.Tensor) and item.device.type not in ("cpu", "meta"):
                 return item.device.index
-    return 0
+            if isinstance(item, torch.device) and item.type not in ("cpu", "meta"):
+                devices.append(item)
+    for device in devices:
+        return current_device() if device.index is None else device.index
+    return current_device()
 
 
-def make_boxed_fallback(chain):
+def make_boxed_fallback(chain, current_device: Callable[[], int]):
     """PyTorch's entry for every PrivateUse1 op without a registered kernel: views
     are redispatched to the CPU kernel (metadata only), the rest go to `chain`."""
     def boxed_fallback(op, *args, **kwargs):
         if is_view_op(op):
             return op.redispatch(_CPU_KEYSET, *args, **kwargs)
-        return chain.run(op, args, kwargs, _first_fl_device(args, kwargs))
+        return chain.run(op, args, kwargs, _first_fl_device(args, kwargs, current_device))
     return boxed_fallback
 
 
@@ -68,6 +89,8 @@ def cpu_fallback(op, args: tuple, kwargs: dict, device_index: int, why: str | No
     write_only = _out_tensor_ids(op, args, kwargs)
 
     def to_cpu(value):
+        if isinstance(value, torch.device):     # a factory's device=: made on the CPU, then moved
+            return _CPU if value.type != "cpu" else value
         if isinstance(value, torch.Tensor) and value.device.type != "cpu":
             if id(value) in write_only:      # out=: the kernel overwrites it, no need to read it
                 return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)

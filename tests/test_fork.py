@@ -1,0 +1,67 @@
+"""torch.fl.init / is_initialized and the forked-child rule (integration/fork.py), as
+torch.cuda has them: a child forked after the runtime started gets a clear error for any
+fl use, keeps its CPU work (compared with the parent's), and the parent is unaffected."""
+
+
+def test_init_and_is_initialized(fl):
+    import torch
+    torch.fl.init()
+    torch.fl.init()          # idempotent
+    assert torch.fl.is_initialized() and not torch.fl._is_in_bad_fork()
+
+
+def test_forked_child_gets_a_clear_error_and_cpu_work_goes_on(python):
+    result = python("""
+        import os, torch, torch_fl
+        from fl_runtime.errors import FLBadForkError
+        x = torch.ones(3, device="fl")
+        want = (torch.arange(4.0) * 2).tolist()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            lines = [f"bad={torch.fl._is_in_bad_fork()} init={torch.fl.is_initialized()} "
+                     f"count={torch.fl.device_count()}"]
+            torch.manual_seed(3)          # as in a DataLoader worker: skips fl, no error
+            lines.append(f"cpu_same={(torch.arange(4.0) * 2).tolist() == want}")
+            uses = {"new": lambda: torch.ones(2, device="fl"), "inherited": lambda: x.cpu(),
+                    "op": lambda: x + 1, "init": torch.fl.init, "sync": torch.fl.synchronize,
+                    "move": lambda: torch.ones(2).to("fl:1")}
+            for name, use in uses.items():
+                try:
+                    use()
+                    lines.append(f"{name}: no error")
+                except FLBadForkError as exc:
+                    lines.append(f"{name}: {'spawn' in str(exc) and 'forked subprocess' in str(exc)}")
+            os.write(w, "\\n".join(lines).encode())
+            os._exit(0)
+        os.close(w)
+        print(os.read(r, 100000).decode())
+        os.waitpid(pid, 0)
+        print("parent", (x + 1).cpu().tolist(), torch.fl.is_initialized())
+    """)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == "bad=True init=False count=2"
+    assert lines[1] == "cpu_same=True"
+    assert lines[2:8] == [f"{name}: True" for name in ("new", "inherited", "op", "init", "sync", "move")]
+    assert lines[8] == "parent [2.0, 2.0, 2.0] True"
+
+
+def test_spawned_child_uses_fl(script):
+    result = script("""
+        import torch, torch_fl
+        import torch.multiprocessing as mp
+
+        def work(out):
+            out.put((torch.arange(3.0, device="fl") * 2).cpu().tolist())
+
+        if __name__ == "__main__":
+            ctx = mp.get_context("spawn")
+            out = ctx.Queue()
+            p = ctx.Process(target=work, args=(out,))
+            p.start()
+            print(out.get(timeout=180) == (torch.arange(3.0) * 2).tolist())
+            p.join(timeout=60)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "True"
