@@ -1,0 +1,11 @@
+"""torch.distributed on fl tensors: the `fl` process-group backend (README, "Distributed training").
+
+`register()` runs when the runtime is installed into PyTorch (integration.backend),
+so `init_process_group("gloo")`, `init_process_group()`, `"cpu:gloo,fl:fl"`,
+`new_group` and torchrun-launched scripts all accept fl tensors.
+"""
+from fl_runtime.integration.distributed.process_group import BACKEND_NAME, CollectiveError, FLProcessGroup
+from fl_runtime.integration.distributed.registration import register
+from fl_runtime.integration.distributed.transport import HostGlooTransport, Transport
+
+__all__ = ["BACKEND_NAME", "CollectiveError", "FLProcessGroup", "HostGlooTransport", "Transport", "register"]
