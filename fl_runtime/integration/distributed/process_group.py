@@ -17,30 +17,18 @@ waits only for the device -> host copies of its own tensors.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
+import threading
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 
 from fl_runtime.integration.distributed.staging import IN, INOUT, OUT, Staging
 from fl_runtime.integration.distributed.transport import Transport
+from fl_runtime.integration.distributed.work import CallSite, CollectiveError, FLWork
 
 BACKEND_NAME = "fl"
-
-
-class CollectiveError(RuntimeError):
-    """A collective failed or timed out (a dead or stuck peer, a mismatched call)."""
-
-    def __init__(self, rank: int, size: int, op: str, timeout: datetime.timedelta, transport: str,
-                 cause: BaseException) -> None:
-        super().__init__(
-            f"torch_fl process group: rank {rank} of {size}: {op} failed on {transport} "
-            f"(timeout {timeout.total_seconds():g} s): {cause}. Another rank may have died, be stuck, or "
-            f"called a different collective; check every rank's log, and raise init_process_group(timeout=...) "
-            f"if a rank is merely slow")
-        self.rank = rank
-        self.op = op
 
 
 class FLProcessGroup(dist.ProcessGroup):
@@ -52,6 +40,9 @@ class FLProcessGroup(dist.ProcessGroup):
         self._timeout = timeout
         self._transport = transport
         self._wire = transport.connect(store, rank, size, timeout, group_name)
+        self._group_name, self._group_desc = group_name, ""
+        self._waiter_lock = threading.Lock()
+        self._waiter_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     # ---- identity -------------------------------------------------------------------------
     def getBackendName(self) -> str:     # noqa: N802 (PyTorch's C++ name, called by its trampoline)
@@ -60,39 +51,52 @@ class FLProcessGroup(dist.ProcessGroup):
     def name(self) -> str:
         return BACKEND_NAME
 
+    # PyTorch's ProcessGroup keeps its name in its C++ backends, and a Python group has none:
+    # functional collectives (group_name) and DeviceMesh need these four.
+    def getGroupName(self) -> str:     # noqa: N802
+        return self._group_name
+
+    def setGroupName(self, name: str) -> None:     # noqa: N802
+        self._group_name = name
+
+    def getGroupDesc(self) -> str:     # noqa: N802
+        return self._group_desc
+
+    def setGroupDesc(self, desc: str) -> None:     # noqa: N802
+        self._group_desc = desc
+
     @property
     def transport_name(self) -> str:
         return self._transport.name
 
     # ---- the one path every collective takes --------------------------------------------------
-    def _run(self, op: str, staged_call, args: list[tuple[object, str]], result) -> dist.Work:
+    def _run(self, op: str, staged_call, args: list[tuple[object, str]], result) -> FLWork:
         """Stage `args` (value, role) pairs, call `staged_call(*staged)`, return Work(result)."""
+        site = CallSite(self.rank(), self.size(), op, self._timeout, self._transport.name)
         staging = Staging(self._transport.device_type)
         staged = [staging.stage(value, role) for value, role in args]
         try:
             futures = staged_call(*staged)
         except Exception as exc:         # refused before it started: name the rank and op too
-            raise CollectiveError(self.rank(), self.size(), op, self._timeout, self._transport.name, exc) from exc
-        return self._work(op, futures, staging, result)
-
-    def _work(self, op: str, futures, staging: Staging, result) -> dist.Work:
-        futures = futures if isinstance(futures, list) else [futures]
-        joined = futures[0] if len(futures) == 1 else torch.futures.collect_all(futures)
-
-        def complete(fut):
-            try:
-                fut.value()
-                for inner in futures:     # collect_all keeps inner errors inside its value
-                    inner.value()
-            except Exception as exc:
-                raise CollectiveError(self.rank(), self.size(), op, self._timeout, self._transport.name,
-                                      exc) from exc
-            staging.finish()
-            return result
-        return _create_work_from_future(joined.then(complete))
+            raise CollectiveError(site, exc) from exc
+        return _work(site, futures, staging, result)
 
     def _future(self, work: dist.Work) -> torch.futures.Future:
-        return work.get_future()
+        """The wire's Work as a future; Works without one (Gloo's list-form reduce_scatter,
+        for instance) are waited for on this group's waiter thread."""
+        try:
+            return work.get_future()
+        except RuntimeError:
+            pass
+        future = torch.futures.Future()
+        self._waiter().submit(_settle, work, future)
+        return future
+
+    def _waiter(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._waiter_lock:
+            if self._waiter_pool is None:
+                self._waiter_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="torch-fl-dist")
+            return self._waiter_pool
 
     # ---- all-reduce ---------------------------------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts=None) -> dist.Work:
@@ -240,6 +244,36 @@ class FLProcessGroup(dist.ProcessGroup):
         abort = getattr(self._wire, "abort", None)
         if abort is not None:
             abort()
+
+
+def _work(site: CallSite, futures, staging: Staging, result) -> FLWork:
+    """One Work over the wire's futures; when they are done, copy results back and complete.
+
+    The callback holds no reference to the process group: were it the last one, the
+    group (and its Gloo context) would be destroyed on Gloo's own thread, which
+    cannot join itself."""
+    futures = futures if isinstance(futures, list) else [futures]
+    joined = futures[0] if len(futures) == 1 else torch.futures.collect_all(futures)
+
+    def complete(fut):
+        try:
+            fut.value()
+            for inner in futures:     # collect_all keeps inner errors inside its value
+                inner.value()
+        except Exception as exc:
+            raise CollectiveError(site, exc) from exc
+        staging.finish()
+        return result
+    return FLWork(joined.then(complete), site)
+
+
+def _settle(work: dist.Work, future: torch.futures.Future) -> None:
+    try:
+        work.wait()
+    except Exception as exc:
+        future.set_exception(exc)
+        return
+    future.set_result(None)
 
 
 def _premul(op: dist.ReduceOp) -> tuple[float | None, dist.ReduceOp]:
