@@ -11,7 +11,7 @@ import torch
 
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.devices.streams import register_record_stream
-from fl_runtime.integration import autocast, distributed, serialization
+from fl_runtime.integration import autocast, distributed, lightning, serialization
 from fl_runtime.integration.device_module import make_device_module
 from fl_runtime.logs import logger
 from fl_runtime.ops import copies
@@ -80,6 +80,7 @@ def install(rt) -> None:
     _libraries.extend([aten, catch_all])
     autocast.register()     # the cast policy of torch.autocast("fl")
     distributed.register()  # the `fl` torch.distributed backend (README, "Distributed training")
+    lightning.install()     # accelerator="fl" once Lightning is imported (never imports it)
     # PyTorch's Python device guard reports one device, so the autograd engine
     # has a worker queue for fl:0 only and asserts on backward over fl:1.
     # Running backward on the calling thread avoids those queues.  The switch

@@ -65,6 +65,18 @@ class FLProcessGroup(dist.ProcessGroup):
     def setGroupDesc(self, desc: str) -> None:     # noqa: N802
         self._group_desc = desc
 
+    # init_process_group(device_id=...) (Lightning passes it) asks the group for its backend
+    # of that device and whether it can split; the group stands for its own fl backend.
+    supports_splitting = False
+    supports_coalescing = False
+
+    def _get_backend(self, device: torch.device):
+        """The wire for its own device type (monitored_barrier uses CPU's), else this group."""
+        return self._wire if torch.device(device).type == self._transport.device_type else self
+
+    def eager_connect_single_device(self, device) -> None:
+        """Nothing to connect ahead of time: the transport connected when the group was made."""
+
     @property
     def transport_name(self) -> str:
         return self._transport.name

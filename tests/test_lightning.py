@@ -1,0 +1,141 @@
+"""Lightning's Trainer and Fabric with accelerator="fl": one device (auto strategy), ddp, ddp_spawn.
+
+Each run is a user's script in a fresh process (Lightning's ddp launcher
+re-executes the script for rank 1; ddp_spawn spawns both ranks).  Every rank
+writes what it saw (the device of each batch and parameter, its weights, the
+loss before and after) to a JSON file; the test requires fl devices only,
+ranks that agree, and a loss that went down.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rank_runner import ROOT, free_port
+
+pytest.importorskip("lightning", reason="Lightning is in the test extra (pyproject.toml)")
+
+SCRIPT = r'''
+import json, os, sys, torch
+import lightning as L
+from torch.utils.data import DataLoader, TensorDataset
+
+OUT = os.environ["OUT_DIR"]
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+        self.seen, self.losses = set(), []
+
+    def training_step(self, batch, i):
+        x, y = batch
+        self.seen.update({str(x.device), str(next(self.parameters()).device)})
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.losses.append(float(loss))
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    def on_train_end(self):
+        stats = self.trainer.strategy.accelerator.get_device_stats(self.trainer.strategy.root_device)
+        weights = torch.cat([p.detach().reshape(-1).cpu() for p in self.parameters()]).tolist()
+        record = {"strategy": type(self.trainer.strategy).__name__, "root": str(self.trainer.strategy.root_device),
+                  "seen": sorted(self.seen), "first": sum(self.losses[:4]), "last": sum(self.losses[-4:]),
+                  "weights": weights, "stats": stats, "world": self.trainer.world_size}
+        with open(os.path.join(OUT, f"rank{self.trainer.global_rank}.json"), "w") as f:
+            json.dump(record, f)
+
+def fabric_check():
+    # Fabric: the same accelerator, its own registry and connector.
+    fabric = L.Fabric(accelerator="fl", devices=1)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = fabric.setup(model, optimizer)
+    x = fabric.to_device(torch.randn(8, 4))
+    loss = model(x).pow(2).mean()
+    fabric.backward(loss)
+    optimizer.step()
+    with open(os.path.join(OUT, "fabric.json"), "w") as f:
+        json.dump({"device": str(fabric.device), "param": str(next(model.parameters()).device),
+                   "input": str(x.device), "strategy": type(fabric.strategy).__name__}, f)
+
+def main():
+    strategy, devices = sys.argv[1], int(sys.argv[2])
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(128, 4, generator=g)
+    Y = X.sum(1, keepdim=True)
+    trainer = L.Trainer(accelerator="fl", devices=devices, strategy=strategy, max_epochs=3, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Model(), DataLoader(TensorDataset(X, Y), batch_size=16))
+    if strategy == "auto":
+        fabric_check()
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def _train(tmp_path, strategy: str, devices: int) -> list[dict]:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT_DIR": str(out), "MASTER_PORT": str(free_port()),
+           "MASTER_ADDR": "127.0.0.1"}
+    proc = subprocess.run([sys.executable, str(script), strategy, str(devices)], capture_output=True, text=True,
+                          timeout=240, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    records = [json.loads((out / f"rank{r}.json").read_text()) for r in range(devices)]
+    for rank, record in enumerate(records):
+        assert record["seen"] == [f"fl:{rank}"], record["seen"]         # batches and weights on fl, never CPU
+        assert record["root"] == f"fl:{rank}"
+        assert record["world"] == devices
+        assert record["last"] < record["first"] * 0.7, (record["first"], record["last"])
+        assert record["stats"]["allocated_bytes.all.current"] > 0, record["stats"]
+    return records
+
+
+def test_trainer_auto_strategy_one_device_trains_on_fl_and_fabric(tmp_path):
+    (record,) = _train(tmp_path, "auto", 1)
+    assert record["strategy"] == "SingleDeviceStrategy"
+    fabric = json.loads((tmp_path / "out" / "fabric.json").read_text())
+    assert fabric == {"device": "fl:0", "param": "fl:0", "input": "fl:0", "strategy": "SingleDeviceStrategy"}
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+def test_trainer_ddp_on_two_fl_devices(tmp_path, strategy):
+    records = _train(tmp_path, strategy, 2)
+    assert {r["strategy"] for r in records} == {"DDPStrategy"}
+    assert records[0]["weights"] == records[1]["weights"]     # DDP kept the ranks' weights identical
+
+
+def test_lightning_is_not_imported_by_torch_fl_and_registers_when_imported(python):
+    result = python("""
+        import sys, torch, torch_fl
+        assert "lightning" not in sys.modules, "torch_fl imported lightning"
+        import lightning
+        from lightning.pytorch.accelerators import AcceleratorRegistry
+        from lightning.fabric.accelerators import ACCELERATOR_REGISTRY
+        print("fl" in AcceleratorRegistry, "fl" in ACCELERATOR_REGISTRY)
+    """, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True"]
+
+
+def test_registers_when_lightning_was_imported_before_the_runtime(python):
+    result = python("""
+        import lightning
+        import torch_fl
+        from lightning.pytorch.accelerators import AcceleratorRegistry
+        trainer = lightning.Trainer(accelerator="fl", devices=1, logger=False)
+        print("fl" in AcceleratorRegistry, trainer.strategy.root_device)
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-2:] == ["True", "fl:0"]
