@@ -198,6 +198,12 @@ works = [dist.isend(fl(x), dst=peer), dist.irecv(a, src=peer)]
 works = [dist.isend(x, dst=peer, group=cpu), dist.irecv(b, src=peer, group=cpu)]
 [w.wait() for w in works]
 same("isend/irecv", a, b)
+if rank == 0:
+    dist.send(fl(x), dst=1); dist.send(x, dst=1, group=cpu)
+else:
+    a, b2 = torch.empty(6, device=dev), torch.empty(6)
+    assert dist.recv(a) == 0 and dist.recv(b2, group=cpu) == 0      # src=None: from any rank
+    same("recv from any rank", a, b2)
 a = torch.empty(6, device=dev)
 ops = [dist.P2POp(dist.isend, fl(x), peer), dist.P2POp(dist.irecv, a, peer)]
 [w.wait() for w in dist.batch_isend_irecv(ops)]
@@ -241,7 +247,7 @@ def test_every_collective_matches_gloo_on_cpu(tmp_path):
         checked = r.lines("CHECKED")
         assert checked, r.output[-3000:]
         count = int(checked[0].split()[0])
-        assert count == (34 if r.rank == 0 else 35), checked    # gather is checked on rank 0; reduce, recv on 1
+        assert count == (34 if r.rank == 0 else 36), checked    # gather is checked on rank 0; reduce, recvs on 1
 
 
 TORCHRUN_SCRIPT = r"""

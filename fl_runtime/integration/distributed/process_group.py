@@ -242,6 +242,16 @@ class FLProcessGroup(dist.ProcessGroup):
         return self._run(f"recv from rank {src}", lambda t: self._future(self._wire.recv(t, src, tag)),
                          [(tensors, OUT)], tensors)
 
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> FLWork:
+        works = []
+
+        def call(t):
+            works.append(self._wire.recv_anysource(t, tag))
+            return self._future(works[0])
+        work = self._run("recv from any rank", call, [(tensors, OUT)], tensors)
+        work.source_from(works[0])
+        return work
+
     def barrier(self, opts=None) -> dist.Work:
         opts = opts if opts is not None else dist.BarrierOptions()
         return self._run("barrier", lambda: self._future(self._wire.barrier(opts)), [], [])

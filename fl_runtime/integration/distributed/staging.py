@@ -3,11 +3,17 @@
 Device -> host happens on the caller's thread before the collective is queued:
 the runtime's copy to the host is ordered after the pending writes on the
 tensor's stream (README "Device API", streams), and waits for nothing else.
-Host -> device happens when the transport's future completes; copies from the
-host are synchronous, so the device tensor holds the result when the future
-is marked done.
+Host -> device happens when the transport's future completes, on the thread
+that completes it, on a copy stream of the device's own: the copy is ordered
+after the tensor's pending writers and waits for nothing else (the default
+stream may hold unrelated work of the training thread).  Copies from the host
+are synchronous, so the device tensor holds the result when the future is
+marked done, and later readers on any stream are ordered after the copy
+stream by the runtime's per-block writer tracking.
 """
 from __future__ import annotations
+
+import threading
 
 import torch
 
@@ -48,6 +54,20 @@ class Staging:
     def finish(self) -> None:
         """Copy the host results into their fl tensors (on the thread that completes the future)."""
         for device_tensor, host in self._write_back:
-            device_tensor.copy_(host)
+            with torch.fl.stream(_copy_stream(device_tensor.device.index)):
+                device_tensor.copy_(host)
         self._hosts.clear()
         self._write_back.clear()
+
+
+_copy_streams: dict[int, torch.Stream] = {}
+_copy_streams_lock = threading.Lock()
+
+
+def _copy_stream(index: int) -> torch.Stream:
+    """The stream results of collectives are copied back to fl:index on (one per device)."""
+    with _copy_streams_lock:
+        stream = _copy_streams.get(index)
+        if stream is None:
+            stream = _copy_streams[index] = torch.fl.Stream(device=torch.device("fl", index))
+        return stream

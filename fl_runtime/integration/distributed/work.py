@@ -47,7 +47,18 @@ class FLWork(dist.Work):
         self._future = future
         self._site = site
         self._done = threading.Event()
+        self._source: dist.Work | None = None
         future.add_done_callback(lambda _: self._done.set())
+
+    def source_from(self, work: dist.Work) -> None:
+        """recv from any rank: the wire's Work knows which rank sent."""
+        self._source = work
+
+    def _source_rank(self) -> int:
+        if self._source is None:
+            raise RuntimeError("torch_fl: source rank is only known for recv from any rank (dist.recv(src=None))")
+        self.wait()
+        return self._source._source_rank()
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         seconds = None if timeout is None else timeout.total_seconds()
