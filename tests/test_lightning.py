@@ -120,12 +120,31 @@ def test_trainer_ddp_on_two_fl_devices(tmp_path, strategy):
 
 
 def test_registers_when_lightning_was_imported_before_the_runtime(python):
+    """Lightning first, the runtime after (autoload off); then devices, precision and Fabric's connector."""
     result = python("""
         import lightning
         import torch_fl
         from lightning.pytorch.accelerators import AcceleratorRegistry
-        trainer = lightning.Trainer(accelerator="fl", devices=1, logger=False)
-        print("fl" in AcceleratorRegistry, trainer.strategy.root_device)
+        from fl_runtime.integration.lightning.accelerator import FLAccelerator
+        assert "fl" in AcceleratorRegistry
+        assert FLAccelerator.parse_devices(-1) == FLAccelerator.parse_devices("auto") == [0, 1]
+        assert FLAccelerator.parse_devices("0,1") == [0, 1] and FLAccelerator.parse_devices(1) == [0]
+        for bad in (0, [0, 0], [5]):
+            try:
+                FLAccelerator.parse_devices(bad)
+                raise AssertionError(bad)
+            except lightning.fabric.utilities.exceptions.MisconfigurationException:
+                pass
+        t = lightning.Trainer(accelerator="fl", devices=[1], logger=False)
+        print("ROOT", t.strategy.root_device)
+        for precision in ("bf16-mixed", "16-mixed"):
+            t = lightning.Trainer(accelerator="fl", devices=1, precision=precision, logger=False)
+            scaler = t.precision_plugin.scaler
+            print("PRECISION", precision, t.precision_plugin.device, scaler and scaler._device)
+        f = lightning.Fabric(accelerator="fl", devices=1, precision="bf16-mixed")
+        print("FABRIC", f.device, f._precision.device)
     """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, timeout=180)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split()[-2:] == ["True", "fl:0"]
+    lines = [line for line in result.stdout.splitlines() if line.split()[0] in ("ROOT", "PRECISION", "FABRIC")]
+    assert lines == ["ROOT fl:1", "PRECISION bf16-mixed fl None", "PRECISION 16-mixed fl fl", "FABRIC fl:0 fl"], \
+        result.stdout
