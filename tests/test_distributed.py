@@ -281,29 +281,40 @@ def test_torchrun_launch(tmp_path):
 DEAD_PEER = r"""
 import datetime, os, sys, time, torch, torch.distributed as dist
 import torch_fl
+from fl_runtime.integration.distributed import CollectiveError
 rank = int(os.environ["RANK"])
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=8))
+limit = datetime.timedelta(seconds=4)
+dist.init_process_group("gloo", timeout=limit)
+other = dist.new_group([0, 1], timeout=limit)            # its own connections, for the second case
 t = torch.ones(4, device=f"fl:{rank}")
 dist.all_reduce(t)
+dist.all_reduce(t, group=other)
 if rank == 1:
-    os._exit(0)                               # dies without a word
-start = time.monotonic()
-try:
-    dist.all_reduce(t)
-    dist.all_reduce(t)
-except RuntimeError as exc:
-    print("ERROR", time.monotonic() - start, str(exc).replace(chr(10), " "))
-    os._exit(0)
-print("NO ERROR")
-os._exit(1)
+    time.sleep(9)                                        # stuck: alive, but calls nothing ...
+    os._exit(0)                                          # ... then dead, without a word
+for case, group, delay in (("STUCK", None, 0), ("DEAD", other, 7)):
+    time.sleep(delay)
+    before = t.cpu()
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t, group=group)
+        print(case, "NO ERROR")
+    except CollectiveError as exc:
+        assert exc.rank == 0 and exc.op == "all_reduce", (exc.rank, exc.op)
+        print(case, round(time.monotonic() - start, 1), str(exc).replace(chr(10), " "))
+    assert torch.equal(t.cpu(), before), "a failed all_reduce changed the tensor"
+os._exit(0)
 """
 
 
-def test_dead_peer_ends_in_an_error_naming_rank_and_op():
+def test_stuck_or_dead_peer_ends_in_an_error_naming_rank_and_op():
     results = run_ranks(DEAD_PEER, timeout=90)
     assert_all_ok(results)
-    error = results[0].lines("ERROR")
-    assert error, results[0].output[-3000:]
-    seconds, message = error[0].split(" ", 1)
-    assert float(seconds) < 30, error
-    assert "rank 0 of 2" in message and "all_reduce" in message, message
+    for case in ("STUCK", "DEAD"):
+        line = results[0].lines(case)
+        assert line and "NO ERROR" not in line[0], results[0].output[-3000:]
+        seconds, message = line[0].split(" ", 1)
+        assert float(seconds) < 20, line                  # the group's 4 s timeout, not a hang
+        assert message.startswith("torch_fl process group: rank 0 of 2: all_reduce failed"), message
+    stuck_seconds = float(results[0].lines("STUCK")[0].split()[0])
+    assert stuck_seconds >= 3, stuck_seconds              # it did wait for the timeout

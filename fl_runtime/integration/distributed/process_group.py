@@ -276,6 +276,7 @@ def _work(site: CallSite, futures, staging: Staging, result) -> FLWork:
     cannot join itself."""
     futures = futures if isinstance(futures, list) else [futures]
     joined = futures[0] if len(futures) == 1 else torch.futures.collect_all(futures)
+    failures: list[CollectiveError] = []      # the typed error; a future keeps only its text
 
     def complete(fut):
         try:
@@ -283,10 +284,11 @@ def _work(site: CallSite, futures, staging: Staging, result) -> FLWork:
             for inner in futures:     # collect_all keeps inner errors inside its value
                 inner.value()
         except Exception as exc:
-            raise CollectiveError(site, exc) from exc
+            failures.append(CollectiveError(site, exc))
+            raise failures[-1] from exc
         staging.finish()
         return result
-    return FLWork(joined.then(complete), site)
+    return FLWork(joined.then(complete), site, failures)
 
 
 def _settle(work: dist.Work, future: torch.futures.Future) -> None:

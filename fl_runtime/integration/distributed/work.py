@@ -42,10 +42,12 @@ class CollectiveError(RuntimeError):
 class FLWork(dist.Work):
     """A collective in flight: done when its future is; wait() raises what the collective raised."""
 
-    def __init__(self, future: torch.futures.Future, site: CallSite) -> None:
+    def __init__(self, future: torch.futures.Future, site: CallSite,
+                 failures: list[CollectiveError] | None = None) -> None:
         super().__init__()
         self._future = future
         self._site = site
+        self._failures = failures if failures is not None else []
         self._done = threading.Event()
         self._source: dist.Work | None = None
         future.add_done_callback(lambda _: self._done.set())
@@ -64,7 +66,12 @@ class FLWork(dist.Work):
         seconds = None if timeout is None else timeout.total_seconds()
         if seconds and not self._done.wait(seconds):
             raise CollectiveError(self._site, f"Work.wait(timeout={seconds:g} s) expired")
-        self._future.wait()       # raises the collective's error
+        try:
+            self._future.wait()
+        except Exception as exc:
+            if self._failures:            # the CollectiveError itself, not the future's text of it
+                raise self._failures[0] from exc
+            raise
         return True
 
     def get_future(self) -> torch.futures.Future:
