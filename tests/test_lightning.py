@@ -120,7 +120,8 @@ def test_trainer_ddp_on_two_fl_devices(tmp_path, strategy):
 
 
 def test_registers_when_lightning_was_imported_before_the_runtime(python):
-    """Lightning first, the runtime after (autoload off); then devices, precision and Fabric's connector."""
+    """Lightning first, the runtime after (autoload off); then devices, precision, Fabric's connector,
+    and the standalone pytorch_lightning / lightning_fabric distribution."""
     result = python("""
         import lightning
         import torch_fl
@@ -143,8 +144,28 @@ def test_registers_when_lightning_was_imported_before_the_runtime(python):
             print("PRECISION", precision, t.precision_plugin.device, scaler and scaler._device)
         f = lightning.Fabric(accelerator="fl", devices=1, precision="bf16-mixed")
         print("FABRIC", f.device, f._precision.device)
+
+        # The standalone distribution (imported after the runtime started): its own classes.
+        import torch, pytorch_lightning as pl, lightning_fabric
+        class Tiny(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net, self.seen = torch.nn.Linear(3, 1), set()
+            def training_step(self, batch, i):
+                self.seen.add(str(batch[0].device))
+                return self.net(batch[0]).pow(2).mean()
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+        data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 3)), batch_size=4)
+        t = pl.Trainer(accelerator="fl", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                       enable_progress_bar=False, enable_model_summary=False)
+        model = Tiny()
+        t.fit(model, data)
+        print("PL", t.strategy.root_device, sorted(model.seen))     # (teardown moves the model to the CPU)
+        print("LF", lightning_fabric.Fabric(accelerator="fl", devices=[1]).device)
     """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, timeout=180)
     assert result.returncode == 0, result.stderr
-    lines = [line for line in result.stdout.splitlines() if line.split()[0] in ("ROOT", "PRECISION", "FABRIC")]
-    assert lines == ["ROOT fl:1", "PRECISION bf16-mixed fl None", "PRECISION 16-mixed fl fl", "FABRIC fl:0 fl"], \
-        result.stdout
+    lines = [line for line in result.stdout.splitlines()
+             if line.split() and line.split()[0] in ("ROOT", "PRECISION", "FABRIC", "PL", "LF")]
+    assert lines == ["ROOT fl:1", "PRECISION bf16-mixed fl None", "PRECISION 16-mixed fl fl", "FABRIC fl:0 fl",
+                     "PL fl:0 ['fl:0']", "LF fl:1"], result.stdout

@@ -2,39 +2,43 @@
 
 `install()` runs when the runtime is installed into PyTorch.  It imports
 nothing from Lightning: it arranges for `register()` to run right after
-`lightning.pytorch` has been imported (hook.py), or at once if it already
-has been.  Registering imports accelerator.py and connectors.py, which
-import Lightning.
+`lightning.pytorch` (or the standalone `pytorch_lightning`) has been imported
+(hook.py), or at once if it already has been.  Registering builds the
+accelerators and wraps Lightning's CUDA-only spots for that distribution.
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 from fl_runtime.integration.lightning.hook import call_after_import
 
-#: The module whose import completes Lightning (lightning/__init__ imports fabric, then this).
-WATCHED = "lightning.pytorch"
+#: Watched module -> accelerator.DISTRIBUTIONS key.  Importing a distribution's trainer package
+#: completes it (lightning/__init__ imports lightning.fabric first, then lightning.pytorch;
+#: pytorch_lightning imports lightning_fabric).
+WATCHED = {"lightning.pytorch": "", "pytorch_lightning": "PL"}
 _lock = threading.Lock()
-_registered = False
+_registered: set[str] = set()
 
 
 def install() -> None:
-    """Register with Lightning when (if ever) it is imported in this process."""
-    call_after_import(WATCHED, register)
+    """Register with each Lightning distribution when (if ever) it is imported in this process."""
+    for module, prefix in WATCHED.items():
+        call_after_import(module, functools.partial(register, prefix))
 
 
-def register() -> None:
-    """Add the fl accelerator to Lightning's and Fabric's registries; make their CUDA-only spots fl-aware."""
-    global _registered
+def register(prefix: str = "") -> None:
+    """Add the fl accelerator to one distribution's Trainer and Fabric registries and make
+    its CUDA-only spots fl-aware (connectors.py)."""
     with _lock:
-        if _registered:
+        if prefix in _registered:
             return
-        from lightning.fabric.accelerators import ACCELERATOR_REGISTRY
-        from lightning.pytorch.accelerators import AcceleratorRegistry
+        import importlib
 
-        from fl_runtime.integration.lightning import connectors
-        from fl_runtime.integration.lightning.accelerator import FabricFLAccelerator, FLAccelerator
-        FLAccelerator.register_accelerators(AcceleratorRegistry)
-        FabricFLAccelerator.register_accelerators(ACCELERATOR_REGISTRY)
-        connectors.install()
-        _registered = True
+        from fl_runtime.integration.lightning import accelerator, connectors
+        fabric, trainer = accelerator.DISTRIBUTIONS[prefix]
+        trainer_accelerator, fabric_accelerator = accelerator.build(prefix)
+        trainer_accelerator.register_accelerators(importlib.import_module(f"{trainer}.accelerators").AcceleratorRegistry)
+        fabric_accelerator.register_accelerators(importlib.import_module(f"{fabric}.accelerators").ACCELERATOR_REGISTRY)
+        connectors.install(fabric, trainer)
+        _registered.add(prefix)

@@ -15,36 +15,37 @@ Lightning has no extension point for these three places, so each is wrapped
    For fl: the same construction on the current stream (the side stream is a
    CUDA/NCCL matter; fl collectives order themselves after the tensors' writers).
 
-Both Lightning's Trainer connector and Fabric's connector get 1 and 2.
+Both Lightning's Trainer connector and Fabric's connector get 1 and 2, in
+each Lightning distribution (`lightning.*`, and the standalone
+`pytorch_lightning` / `lightning_fabric`).
 """
 from __future__ import annotations
 
 import functools
-
-from lightning.fabric import connector as fabric_connector
-from lightning.fabric.plugins.precision.amp import MixedPrecision as FabricMixedPrecision
-from lightning.fabric.strategies.ddp import DDPStrategy as FabricDDPStrategy
-from lightning.fabric.strategies.single_device import SingleDeviceStrategy as FabricSingleDevice
-from lightning.pytorch.plugins.precision.amp import MixedPrecision as TrainerMixedPrecision
-from lightning.pytorch.strategies.ddp import DDPStrategy as TrainerDDPStrategy
-from lightning.pytorch.strategies.single_device import SingleDeviceStrategy as TrainerSingleDevice
-from lightning.pytorch.trainer.connectors import accelerator_connector as trainer_connector
-from torch.nn.parallel import DistributedDataParallel
+import importlib
 
 from fl_runtime.integration.lightning.accelerator import NAME, is_fl
 
 _MARK = "_torch_fl_wrapped"
 
 
-def install() -> None:
-    """Wrap the places listed in the module docstring (once)."""
-    for connector, single, mixed in ((trainer_connector._AcceleratorConnector, TrainerSingleDevice,
-                                      TrainerMixedPrecision),
-                                     (fabric_connector._Connector, FabricSingleDevice, FabricMixedPrecision)):
+def install(fabric: str, trainer: str) -> None:
+    """Wrap the places listed in the module docstring (once) in one Lightning distribution:
+    `fabric`/`trainer` are its packages ("lightning.fabric"/"lightning.pytorch" or
+    "lightning_fabric"/"pytorch_lightning")."""
+    def load(module: str, name: str):
+        return getattr(importlib.import_module(module), name)
+    connectors = ((load(f"{trainer}.trainer.connectors.accelerator_connector", "_AcceleratorConnector"),
+                   load(f"{trainer}.strategies.single_device", "SingleDeviceStrategy"),
+                   load(f"{trainer}.plugins.precision.amp", "MixedPrecision")),
+                  (load(f"{fabric}.connector", "_Connector"),
+                   load(f"{fabric}.strategies.single_device", "SingleDeviceStrategy"),
+                   load(f"{fabric}.plugins.precision.amp", "MixedPrecision")))
+    for connector, single, mixed in connectors:
         _wrap(connector, "_choose_strategy", _single_device_on_fl(single))
         _wrap(connector, "_check_and_init_precision", _mixed_precision_on_fl(mixed))
-    _wrap(TrainerDDPStrategy, "_setup_model", _ddp_without_cuda_stream)
-    _wrap(FabricDDPStrategy, "setup_module", _ddp_without_cuda_stream)
+    _wrap(load(f"{trainer}.strategies.ddp", "DDPStrategy"), "_setup_model", _ddp_without_cuda_stream)
+    _wrap(load(f"{fabric}.strategies.ddp", "DDPStrategy"), "setup_module", _ddp_without_cuda_stream)
 
 
 def _wrap(owner: type, name: str, make) -> None:
@@ -82,5 +83,6 @@ def _ddp_without_cuda_stream(original):
     def setup(self, module):
         if self.root_device.type != NAME:
             return original(self, module)
+        from torch.nn.parallel import DistributedDataParallel
         return DistributedDataParallel(module=module, device_ids=[self.root_device.index], **self._ddp_kwargs)
     return setup
