@@ -1,12 +1,15 @@
 """DistributedDataParallel on fl: two ranks on fl:0 / fl:1 against one process on the full batch.
 
 One two-rank run (each rank a fresh process) covers: several gradient buckets
-(a tiny bucket_cap_mb), gradient_as_bucket_view, no_sync() accumulation, and
-join() with uneven inputs.  Rank 0 also trains the same model without DDP on
+(a tiny bucket_cap_mb), gradient_as_bucket_view, no_sync() accumulation,
+join() with uneven inputs, and mixed-speed training (a throughput-proportional
+batch split with b_i/B-weighted gradients).  Rank 0 also trains the same model without DDP on
 the full batch (one device, one process's arithmetic) and both ranks compare
 their weights with that reference and with each other.
 """
 from __future__ import annotations
+
+import pytest
 
 from rank_runner import assert_all_ok, run_ranks
 
@@ -92,6 +95,25 @@ agree_across_ranks("join", model)
 results["join"] = (flat(model), [(0, slice(0, 8), False, 1.0), (1, slice(0, 8), False, 1.0),
                                  (2, slice(0, 4), False, 0.5)])
 
+# 4. mixed speeds: rank 0 "measured" 3x faster takes 6 rows of 8, rank 1 takes 2; losses scaled by
+# W * b_i / B keep DDP's averaged gradient equal to the full batch's.
+from fl_runtime.integration.distributed.mixed_speed import ThroughputSplit
+split = ThroughputSplit(global_batch=8)
+assert split.sizes == [4, 4]
+split.record(seconds=1.0, samples=3 if rank == 0 else 1)
+assert split.rebalance() == [6, 2], split.sizes
+model = make_model().to(dev)
+ddp = DDP(model, device_ids=[rank], bucket_cap_mb=0.002)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.2, momentum=0.9)
+for i in range(3):
+    rows = split.rows()
+    with split.timed(dev):
+        loss = F.mse_loss(ddp(X[i, rows].to(dev)), Y[i, rows].to(dev)) * split.loss_scale()
+        opt.zero_grad(); loss.backward(); opt.step()
+agree_across_ranks("mixed speed", model)
+results["mixed speed"] = (flat(model), [(i, slice(0, 8), False, 1.0) for i in range(3)])
+assert len(split.rebalance()) == 2 and sum(split.sizes) == 8        # re-measured from the timed steps
+
 if rank == 0:
     for name, (got, steps) in results.items():
         want = reference(steps)
@@ -107,4 +129,16 @@ def test_ddp_two_ranks_match_one_process_on_the_full_batch():
     assert_all_ok(results)
     assert all(r.lines("DDP_OK") for r in results)
     equal = results[0].lines("EQUAL")
-    assert len(equal) == 4, results[0].output[-3000:]
+    assert len(equal) == 5, results[0].output[-3000:]
+
+
+def test_split_by_throughput():
+    from fl_runtime.integration.distributed.mixed_speed import split_by_throughput
+    assert split_by_throughput(8, [3.0, 1.0]) == [6, 2]
+    assert split_by_throughput(10, [1.0, 1.0, 1.0]) in ([4, 3, 3], [3, 4, 3], [3, 3, 4])
+    assert split_by_throughput(4, [1000.0, 1.0, 1.0]) == [2, 1, 1]        # everyone keeps a sample
+    assert sum(split_by_throughput(257, [2.5, 1.3, 0.7, 9.1])) == 257
+    with pytest.raises(ValueError, match="cannot give each"):
+        split_by_throughput(2, [1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="positive"):
+        split_by_throughput(8, [1.0, 0.0])
