@@ -10,7 +10,6 @@ their weights with that reference and with each other.
 from __future__ import annotations
 
 import pytest
-
 from rank_runner import assert_all_ok, run_ranks
 
 DDP_SCRIPT = r"""

@@ -15,10 +15,7 @@ import subprocess
 import sys
 
 import pytest
-
 from rank_runner import ROOT, free_port
-
-pytest.importorskip("lightning", reason="Lightning is in the test extra (pyproject.toml)")
 
 SCRIPT = r'''
 import json, os, sys, torch
@@ -93,7 +90,7 @@ def _train(tmp_path, strategy: str, devices: int) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OUT_DIR": str(out), "MASTER_PORT": str(free_port()),
            "MASTER_ADDR": "127.0.0.1"}
     proc = subprocess.run([sys.executable, str(script), strategy, str(devices)], capture_output=True, text=True,
-                          timeout=240, env=env, cwd=tmp_path)
+                          check=False, timeout=240, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     records = [json.loads((out / f"rank{r}.json").read_text()) for r in range(devices)]
     for rank, record in enumerate(records):

@@ -45,7 +45,7 @@ class FLProcessGroup(dist.ProcessGroup):
         self._waiter_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     # ---- identity -------------------------------------------------------------------------
-    def getBackendName(self) -> str:     # noqa: N802 (PyTorch's C++ name, called by its trampoline)
+    def getBackendName(self) -> str:     # PyTorch's C++ name: its trampoline calls it
         return BACKEND_NAME
 
     def name(self) -> str:
@@ -53,16 +53,16 @@ class FLProcessGroup(dist.ProcessGroup):
 
     # PyTorch's ProcessGroup keeps its name in its C++ backends, and a Python group has none:
     # functional collectives (group_name) and DeviceMesh need these four.
-    def getGroupName(self) -> str:     # noqa: N802
+    def getGroupName(self) -> str:
         return self._group_name
 
-    def setGroupName(self, name: str) -> None:     # noqa: N802
+    def setGroupName(self, name: str) -> None:
         self._group_name = name
 
-    def getGroupDesc(self) -> str:     # noqa: N802
+    def getGroupDesc(self) -> str:
         return self._group_desc
 
-    def setGroupDesc(self, desc: str) -> None:     # noqa: N802
+    def setGroupDesc(self, desc: str) -> None:
         self._group_desc = desc
 
     # init_process_group(device_id=...) (Lightning passes it) asks the group for its backend
@@ -294,7 +294,7 @@ def _work(site: CallSite, futures, staging: Staging, result) -> FLWork:
 def _settle(work: dist.Work, future: torch.futures.Future) -> None:
     try:
         work.wait()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (whatever the wire raised goes to the future's waiter)
         future.set_exception(exc)
         return
     future.set_result(None)

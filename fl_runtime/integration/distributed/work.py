@@ -88,7 +88,7 @@ class FLWork(dist.Work):
             return None
         try:
             self._future.value()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (Work.exception() returns it, whatever it is)
             return exc
         return None
 

@@ -38,7 +38,9 @@ def register(prefix: str = "") -> None:
         from fl_runtime.integration.lightning import accelerator, connectors
         fabric, trainer = accelerator.DISTRIBUTIONS[prefix]
         trainer_accelerator, fabric_accelerator = accelerator.build(prefix)
-        trainer_accelerator.register_accelerators(importlib.import_module(f"{trainer}.accelerators").AcceleratorRegistry)
-        fabric_accelerator.register_accelerators(importlib.import_module(f"{fabric}.accelerators").ACCELERATOR_REGISTRY)
+        trainer_registry = importlib.import_module(f"{trainer}.accelerators").AcceleratorRegistry
+        fabric_registry = importlib.import_module(f"{fabric}.accelerators").ACCELERATOR_REGISTRY
+        trainer_accelerator.register_accelerators(trainer_registry)
+        fabric_accelerator.register_accelerators(fabric_registry)
         connectors.install(fabric, trainer)
         _registered.add(prefix)

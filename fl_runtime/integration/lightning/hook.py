@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.abc
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from fl_runtime.logs import logger
 
@@ -30,7 +30,7 @@ class _CallAfterLoader(importlib.abc.Loader):
         self._loader.exec_module(module)
         try:
             self._callback()
-        except Exception as exc:      # the user's import must still succeed
+        except Exception as exc:  # noqa: BLE001 (the user's import must still succeed)
             logger.warning("torch_fl: could not register with %s (%s: %s); accelerator='fl' will be unknown to it",
                            self._name, type(exc).__name__, exc)
 
