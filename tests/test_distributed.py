@@ -209,8 +209,17 @@ ops = [dist.P2POp(dist.isend, fl(x), peer), dist.P2POp(dist.irecv, a, peer)]
 [w.wait() for w in dist.batch_isend_irecv(ops)]
 same("batch_isend_irecv", a, b)
 
-# barrier, object collectives (CPU tensors through the same group), new_group, functional collectives
+# complex tensors (PyTorch reduces their real view)
+x = torch.complex(data(4, seed=85), data(4, seed=86))
+a, b = fl(x), x.clone()
+dist.all_reduce(a)
+dist.all_reduce(b, group=cpu)
+same("all_reduce complex64", a, b)
+
+# barrier, monitored_barrier (Gloo's, on the group's CPU side), object collectives (CPU tensors
+# through the same group), new_group, functional collectives
 dist.barrier()
+dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
 objs = [None] * world
 dist.all_gather_object(objs, {"rank": rank})
 assert objs == [{"rank": 0}, {"rank": 1}], objs
@@ -247,7 +256,7 @@ def test_every_collective_matches_gloo_on_cpu(tmp_path):
         checked = r.lines("CHECKED")
         assert checked, r.output[-3000:]
         count = int(checked[0].split()[0])
-        assert count == (34 if r.rank == 0 else 36), checked    # gather is checked on rank 0; reduce, recvs on 1
+        assert count == (35 if r.rank == 0 else 37), checked    # gather is checked on rank 0; reduce, recvs on 1
 
 
 TORCHRUN_SCRIPT = r"""
@@ -297,7 +306,14 @@ for case, group, delay in (("STUCK", None, 0), ("DEAD", other, 7)):
     before = t.cpu()
     start = time.monotonic()
     try:
-        dist.all_reduce(t, group=group)
+        work = dist.all_reduce(t, group=group, async_op=True)
+        if case == "STUCK":                              # Work.wait(timeout) gives up first ...
+            try:
+                work.wait(timeout=datetime.timedelta(seconds=1))
+                print("WAIT NO ERROR")
+            except CollectiveError as exc:
+                print("WAIT", round(time.monotonic() - start, 1), exc.op)
+        work.wait()                                      # ... then the group's timeout ends the collective
         print(case, "NO ERROR")
     except CollectiveError as exc:
         assert exc.rank == 0 and exc.op == "all_reduce", (exc.rank, exc.op)
@@ -318,3 +334,5 @@ def test_stuck_or_dead_peer_ends_in_an_error_naming_rank_and_op():
         assert message.startswith("torch_fl process group: rank 0 of 2: all_reduce failed"), message
     stuck_seconds = float(results[0].lines("STUCK")[0].split()[0])
     assert stuck_seconds >= 3, stuck_seconds              # it did wait for the timeout
+    waited = results[0].lines("WAIT")
+    assert waited and waited[0].split()[1] == "all_reduce" and float(waited[0].split()[0]) < 3, waited

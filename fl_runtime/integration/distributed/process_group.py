@@ -256,6 +256,14 @@ class FLProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.BarrierOptions()
         return self._run("barrier", lambda: self._future(self._wire.barrier(opts)), [], [])
 
+    def monitored_barrier(self, timeout: datetime.timedelta | None = None, wait_all_ranks: bool = False) -> None:
+        """The wire's own monitored barrier (Gloo's names the ranks that did not arrive)."""
+        monitored = getattr(self._wire, "monitored_barrier", None)
+        if monitored is None:
+            raise NotImplementedError(f"torch_fl process group: {self._transport.name} has no monitored_barrier; "
+                                      "use dist.barrier()")
+        monitored(timeout if timeout is not None else self._timeout, wait_all_ranks=wait_all_ranks)
+
     # ---- lifetime -------------------------------------------------------------------------------------
     def shutdown(self) -> None:
         shutdown = getattr(self._wire, "shutdown", None)
