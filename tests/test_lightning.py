@@ -116,6 +116,46 @@ def test_trainer_ddp_on_two_fl_devices(tmp_path, strategy):
     assert records[0]["weights"] == records[1]["weights"]     # DDP kept the ranks' weights identical
 
 
+FABRIC_DDP = r'''
+import torch
+import torch_fl
+import lightning as L
+
+def main():
+    fabric = L.Fabric(accelerator="fl", devices=2, strategy="ddp")
+    fabric.launch()                                  # re-runs this script for rank 1
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = fabric.setup(model, optimizer)
+    g = torch.Generator().manual_seed(fabric.global_rank)     # different data per rank
+    for _ in range(3):
+        x = fabric.to_device(torch.randn(8, 4, generator=g))
+        fabric.backward(model(x).pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
+    weights = torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()]).tolist()
+    print("FABRIC", fabric.global_rank, fabric.device, next(model.parameters()).device,
+          type(fabric.strategy).__name__, weights, flush=True)
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_fabric_ddp_on_two_fl_devices(tmp_path):
+    script = tmp_path / "fabric_ddp.py"
+    script.write_text(FABRIC_DDP)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MASTER_PORT": str(free_port()), "MASTER_ADDR": "127.0.0.1"}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False, timeout=240,
+                          env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    ranks = sorted(line.split(" ", 5)[1:] for line in proc.stdout.splitlines() if line.startswith("FABRIC "))
+    assert [r[:4] for r in ranks] == [["0", "fl:0", "fl:0", "DDPStrategy"], ["1", "fl:1", "fl:1", "DDPStrategy"]], \
+        proc.stdout[-3000:]
+    assert ranks[0][4] == ranks[1][4]        # different data, one set of weights: DDP averaged the gradients
+
+
 def test_registers_when_lightning_was_imported_before_the_runtime(python):
     """Lightning first, the runtime after (autoload off); then devices, precision, Fabric's connector,
     and the standalone pytorch_lightning / lightning_fabric distribution."""
