@@ -242,6 +242,17 @@ bs = [t.clone() for t in xs]
 for t in bs:
     dist.all_reduce(t, group=cpu)
 same("functional all_reduce_coalesced", [funcol.wait_tensor(t) for t in a], bs)
+a = funcol.all_gather_into_tensor_coalesced([fl(t) for t in xs], dist.group.WORLD)
+bs = [torch.empty(world * t.shape[0], *t.shape[1:]) for t in xs]
+for out, t in zip(bs, xs):
+    dist.all_gather_into_tensor(out, t, group=cpu)
+same("functional all_gather_into_tensor_coalesced", [funcol.wait_tensor(t) for t in a], bs)
+ys = [data(world * 2, seed=92), data(world * 3, 2, seed=93)]
+a = funcol.reduce_scatter_tensor_coalesced([fl(t) for t in ys], "sum", [0, 0], dist.group.WORLD)
+bs = [torch.empty(t.shape[0] // world, *t.shape[1:]) for t in ys]
+for out, t in zip(bs, ys):
+    dist.reduce_scatter_tensor(out, t, group=cpu)
+same("functional reduce_scatter_tensor_coalesced", [funcol.wait_tensor(t) for t in a], bs)
 
 dist.destroy_process_group()
 print("CHECKED", len(checked), ";".join(checked))
@@ -256,7 +267,7 @@ def test_every_collective_matches_gloo_on_cpu(tmp_path):
         checked = r.lines("CHECKED")
         assert checked, r.output[-3000:]
         count = int(checked[0].split()[0])
-        assert count == (35 if r.rank == 0 else 37), checked    # gather is checked on rank 0; reduce, recvs on 1
+        assert count == (37 if r.rank == 0 else 39), checked    # gather is checked on rank 0; reduce, recvs on 1
 
 
 TORCHRUN_SCRIPT = r"""
