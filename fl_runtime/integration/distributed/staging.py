@@ -47,10 +47,6 @@ class Staging:
         self._hosts.append(host)
         return host
 
-    @property
-    def staged(self) -> bool:
-        return bool(self._hosts)
-
     def finish(self) -> None:
         """Copy the host results into their fl tensors (on the thread that completes the future)."""
         for device_tensor, host in self._write_back:
