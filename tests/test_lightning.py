@@ -206,3 +206,23 @@ def test_registers_when_lightning_was_imported_before_the_runtime(python):
              if line.split() and line.split()[0] in ("ROOT", "PRECISION", "FABRIC", "PL", "LF")]
     assert lines == ["ROOT fl:1", "PRECISION bf16-mixed fl None", "PRECISION 16-mixed fl fl", "FABRIC fl:0 fl",
                      "PL fl:0 ['fl:0']", "LF fl:1"], result.stdout
+
+
+def test_registers_when_importing_lightning_is_what_starts_the_runtime(python):
+    """`import pytorch_lightning` / `import lightning` as a script's first line: torch is imported
+    inside them, so the runtime starts while they are half imported."""
+    result = python("""
+        import pytorch_lightning as pl
+        print("PL", pl.Trainer(accelerator="fl", devices=1, logger=False).strategy.root_device)
+        import lightning
+        print("L", lightning.Trainer(accelerator="fl", devices=[1], logger=False).strategy.root_device)
+    """, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.split() and line.split()[0] in ("PL", "L")]
+    assert lines == ["PL fl:0", "L fl:1"], result.stdout
+    result = python("""
+        import lightning
+        print("L", lightning.Trainer(accelerator="fl", devices=1, logger=False).strategy.root_device)
+    """, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "L fl:0" in result.stdout.splitlines(), result.stdout

@@ -2,8 +2,8 @@
 
 `install()` runs when the runtime is installed into PyTorch.  It imports
 nothing from Lightning: it arranges for `register()` to run right after
-`lightning.pytorch` (or the standalone `pytorch_lightning`) has been imported
-(hook.py), or at once if it already has been.  Registering builds the
+`lightning.pytorch.trainer` (or the standalone `pytorch_lightning.trainer`) has
+been imported (hook.py), or at once if it already has been.  Registering builds the
 accelerators and wraps Lightning's CUDA-only spots for that distribution.
 """
 from __future__ import annotations
@@ -13,10 +13,14 @@ import threading
 
 from fl_runtime.integration.lightning.hook import call_after_import
 
-#: Watched module -> accelerator.DISTRIBUTIONS key.  Importing a distribution's trainer package
-#: completes it (lightning/__init__ imports lightning.fabric first, then lightning.pytorch;
-#: pytorch_lightning imports lightning_fabric).
-WATCHED = {"lightning.pytorch": "", "pytorch_lightning": "PL"}
+#: Watched module -> accelerator.DISTRIBUTIONS key.  A distribution's `trainer` subpackage is
+#: complete once the Trainer, its connectors, strategies and accelerators (and Fabric, which
+#: they import) are: registering then works even while the top package is still importing,
+#: which is the case when `import pytorch_lightning` (or `import lightning`) is what first
+#: imports torch and so starts the runtime.  The top packages are watched too, for a
+#: distribution already imported when the runtime starts; registering twice is a no-op.
+WATCHED = {"lightning.pytorch.trainer": "", "pytorch_lightning.trainer": "PL",
+           "lightning.pytorch": "", "pytorch_lightning": "PL"}
 _lock = threading.Lock()
 _registered: set[str] = set()
 
