@@ -6,6 +6,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
+# The PyTorch the full suite runs under (pinned: the supported range admits 2.14 too, and an
+# unpinned resolve would fetch the newest one).
+MAIN_TORCH ?= 2.13.0
 # The newer supported PyTorch minor (README "Supported PyTorch versions"): `make test` also
 # runs a subset of the tests under it, in its own venv, on the very same plugin binary.
 NEXT_TORCH ?= 2.14.1
@@ -20,7 +23,7 @@ NEXT_TESTS := tests/test_torch_version.py tests/test_architecture.py tests/test_
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=23"
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet "torch==$(MAIN_TORCH)" -e ".[test]"
 	touch $(STAMP)
 
 install: $(STAMP)

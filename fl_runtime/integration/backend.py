@@ -11,7 +11,7 @@ import torch
 
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.devices.streams import register_record_stream
-from fl_runtime.integration import autocast, fork, ipc, parameters, serialization, storages
+from fl_runtime.integration import autocast, distributed, fork, ipc, lightning, parameters, serialization, storages
 from fl_runtime.integration.device_module import make_device_module
 from fl_runtime.logs import logger
 from fl_runtime.ops import copies, rnn
@@ -87,6 +87,8 @@ def install(rt) -> None:
     catch_all.fallback(make_boxed_fallback(rt.launcher.chain, rt.current_device), "PrivateUse1")
     _libraries.extend([aten, catch_all])
     autocast.register()     # the cast policy of torch.autocast("fl")
+    distributed.register()  # the `fl` torch.distributed backend (README, "Distributed training")
+    lightning.install()     # accelerator="fl" once Lightning is imported (never imports it)
     # PyTorch's Python device guard reports one device, so the autograd engine
     # has a worker queue for fl:0 only and asserts on backward over fl:1.
     # Running backward on the calling thread avoids those queues.  The switch

@@ -1,0 +1,69 @@
+"""Register the `fl` process-group backend with torch.distributed, and route fl tensors to it.
+
+What PyTorch 2.13 offers a Python backend (torch/distributed/distributed_c10d.py):
+`Backend.register_backend(name, creator, extended_api, devices)`.  With
+`devices=["fl"]` it also sets `Backend.default_device_backend_map["fl"] = "fl"`,
+so `init_process_group()` with no backend (which asks for the current
+accelerator, fl) and `"cpu:gloo,fl:fl"` reach us without more.
+
+`init_process_group("gloo")` does not read that map: a bare backend name is
+mapped to every device in `Backend.backend_capability[name]`, all to Gloo,
+which then refuses fl tensors.  And since a Python backend must be a whole
+`ProcessGroup` (see process_group.py), a Gloo backend for CPU and ours for fl
+cannot both sit in one group.  So `BackendConfig` is wrapped: for a bare
+"gloo" it maps fl to us and puts that entry first, and our group (which
+serves CPU tensors through Gloo itself) becomes the group.  Explicit
+"device:backend" strings are left exactly as written, so "cpu:gloo" still
+builds PyTorch's own Gloo group.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
+
+from fl_runtime.integration.distributed.process_group import BACKEND_NAME, FLProcessGroup
+from fl_runtime.integration.distributed.transport import default_transport
+from fl_runtime.logs import logger
+
+_lock = threading.Lock()
+_registered = False
+#: Bare backend names whose groups get fl tensors routed to the fl backend.
+ROUTED_BACKENDS = ("gloo",)
+
+
+def register() -> None:
+    """Make "fl" a torch.distributed backend (idempotent, thread-safe)."""
+    global _registered
+    with _lock:
+        if _registered or not dist.is_available():
+            return
+        dist.Backend.register_backend(BACKEND_NAME, create_process_group, extended_api=True,
+                                      devices=[BACKEND_NAME, "cpu"])
+        _route_bare_backends()
+        _registered = True
+
+
+def create_process_group(options, backend_options=None) -> FLProcessGroup:
+    """The creator PyTorch calls with its `_DistributedBackendOptions` (extended_api=True)."""
+    return FLProcessGroup(options.store, options.group_rank, options.group_size, options.timeout,
+                          default_transport(), group_name=str(options.group_id))
+
+
+def _route_bare_backends() -> None:
+    original = c10d.BackendConfig.__init__
+    if getattr(original, "_torch_fl_routed", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self, backend) -> None:
+        original(self, backend)
+        if str(backend).lower() in ROUTED_BACKENDS and BACKEND_NAME not in self.device_backend_map:
+            # First, so that our group is built before any other (PyTorch keeps the first
+            # ProcessGroup-subclass backend as the whole group and stops there).
+            self.device_backend_map = {BACKEND_NAME: dist.Backend(BACKEND_NAME), **self.device_backend_map}
+            logger.debug("torch.distributed backend %r: fl tensors go to the fl backend", backend)
+    __init__._torch_fl_routed = True
+    c10d.BackendConfig.__init__ = __init__

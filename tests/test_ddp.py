@@ -1,0 +1,158 @@
+"""DistributedDataParallel on fl: two ranks on fl:0 / fl:1 against one process on the full batch.
+
+One two-rank run (each rank a fresh process) covers: several gradient buckets
+(a tiny bucket_cap_mb), gradient_as_bucket_view, no_sync() accumulation,
+join() with uneven inputs, PyTorch's allreduce and fp16-compression comm
+hooks, and mixed-speed training (a throughput-proportional
+batch split with b_i/B-weighted gradients).  Rank 0 also trains the same model without DDP on
+the full batch (one device, one process's arithmetic) and both ranks compare
+their weights with that reference and with each other.
+"""
+from __future__ import annotations
+
+import pytest
+from rank_runner import assert_all_ok, run_ranks
+
+DDP_SCRIPT = r"""
+import copy, datetime, os, torch, torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+import torch_fl
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=90))
+torch.fl.set_device(rank)
+dev = torch.device("fl", rank)
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
+                               torch.nn.Linear(32, 3))
+
+g = torch.Generator().manual_seed(7)
+X, Y = torch.randn(6, 8, 6, generator=g), torch.randn(6, 8, 3, generator=g)     # 6 batches of 8
+half = slice(rank * 4, rank * 4 + 4)
+
+def flat(model):
+    return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
+
+def agree_across_ranks(name, model):
+    mine = flat(model).to(dev)
+    both = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(both, mine)
+    torch.testing.assert_close(both[0].cpu(), both[1].cpu(), rtol=0, atol=0, msg=lambda m: f"{name}: {m}")
+
+def reference(steps):
+    # One process, one device, the full batch: what DDP must reproduce.  `steps` is a list of
+    # (batch index, accumulate?, grad divisor) over the full batch of 8 rows.
+    model = make_model().to("fl:0")
+    opt = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+    for i, rows, accumulate, scale in steps:
+        loss = F.mse_loss(model(X[i, rows].to("fl:0")), Y[i, rows].to("fl:0")) * scale
+        loss.backward()
+        if not accumulate:
+            opt.step(); opt.zero_grad()
+    return flat(model)
+
+results = {}
+
+# 1. plain DDP, several buckets, 3 steps; then gradient_as_bucket_view
+for as_view in (False, True):
+    model = make_model().to(dev)
+    ddp = DDP(model, device_ids=[rank], bucket_cap_mb=0.002, gradient_as_bucket_view=as_view)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.2, momentum=0.9)
+    for i in range(3):
+        loss = F.mse_loss(ddp(X[i, half].to(dev)), Y[i, half].to(dev))
+        opt.zero_grad(); loss.backward(); opt.step()
+    assert next(model.parameters()).device == dev
+    logged = ddp._get_ddp_logging_data()
+    # DDP's first iteration uses one bucket, then rebuilds them in gradient order by size cap
+    assert logged["has_rebuilt_buckets"] == 1 and logged["num_buckets_reduced"] >= 2, logged
+    agree_across_ranks(f"ddp as_view={as_view}", model)
+    results[f"ddp as_view={as_view}"] = (flat(model), [(i, slice(0, 8), False, 1.0) for i in range(3)])
+
+# 2. no_sync: two micro-batches, the first without communication, one step
+model = make_model().to(dev)
+ddp = DDP(model, device_ids=[rank], bucket_cap_mb=0.002)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.2, momentum=0.9)
+with ddp.no_sync():
+    (F.mse_loss(ddp(X[0, half].to(dev)), Y[0, half].to(dev)) / 2).backward()
+(F.mse_loss(ddp(X[1, half].to(dev)), Y[1, half].to(dev)) / 2).backward()
+opt.step()
+agree_across_ranks("no_sync", model)
+results["no_sync"] = (flat(model), [(0, slice(0, 8), True, 0.5), (1, slice(0, 8), False, 0.5)])
+
+# 3. join with uneven inputs: rank 0 has 3 batches, rank 1 has 2.  When rank 1 has joined it
+# contributes zero gradients and the sum is still divided by the world size (PyTorch's default).
+model = make_model().to(dev)
+ddp = DDP(model, device_ids=[rank], bucket_cap_mb=0.002)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.2, momentum=0.9)
+with ddp.join():
+    for i in range(3 if rank == 0 else 2):
+        loss = F.mse_loss(ddp(X[i, half].to(dev)), Y[i, half].to(dev))
+        opt.zero_grad(); loss.backward(); opt.step()
+agree_across_ranks("join", model)
+results["join"] = (flat(model), [(0, slice(0, 8), False, 1.0), (1, slice(0, 8), False, 1.0),
+                                 (2, slice(0, 4), False, 0.5)])
+
+# 4. mixed speeds: rank 0 "measured" 3x faster takes 6 rows of 8, rank 1 takes 2; losses scaled by
+# W * b_i / B keep DDP's averaged gradient equal to the full batch's.
+from fl_runtime.integration.distributed.mixed_speed import ThroughputSplit
+split = ThroughputSplit(global_batch=8)
+assert split.sizes == [4, 4]
+split.record(seconds=1.0, samples=3 if rank == 0 else 1)
+assert split.rebalance() == [6, 2], split.sizes
+model = make_model().to(dev)
+ddp = DDP(model, device_ids=[rank], bucket_cap_mb=0.002)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.2, momentum=0.9)
+for i in range(3):
+    rows = split.rows()
+    with split.timed(dev):
+        loss = F.mse_loss(ddp(X[i, rows].to(dev)), Y[i, rows].to(dev)) * split.loss_scale()
+        opt.zero_grad(); loss.backward(); opt.step()
+agree_across_ranks("mixed speed", model)
+results["mixed speed"] = (flat(model), [(i, slice(0, 8), False, 1.0) for i in range(3)])
+assert len(split.rebalance()) == 2 and sum(split.sizes) == 8        # re-measured from the timed steps
+
+# 5. communication hooks: PyTorch's allreduce and fp16-compression hooks (Python futures over fl tensors)
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+for hook in (default_hooks.allreduce_hook, default_hooks.fp16_compress_hook):
+    model = make_model().to(dev)
+    ddp = DDP(model, device_ids=[rank], bucket_cap_mb=0.002)
+    ddp.register_comm_hook(None, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.2, momentum=0.9)
+    for i in range(2):
+        loss = F.mse_loss(ddp(X[i, half].to(dev)), Y[i, half].to(dev))
+        opt.zero_grad(); loss.backward(); opt.step()
+    agree_across_ranks(hook.__name__, model)
+    results[hook.__name__] = (flat(model), [(i, slice(0, 8), False, 1.0) for i in range(2)])
+
+if rank == 0:
+    for name, (got, steps) in results.items():
+        want = reference(steps)
+        tol = dict(rtol=1e-2, atol=1e-3) if "fp16" in name else dict(rtol=1e-5, atol=1e-6)   # half-precision wire
+        torch.testing.assert_close(got, want, **tol, msg=lambda m: f"{name} vs one process: {m}")
+        print("EQUAL", name, float((got - want).abs().max()))
+dist.destroy_process_group()
+print("DDP_OK")
+"""
+
+
+def test_ddp_two_ranks_match_one_process_on_the_full_batch():
+    results = run_ranks(DDP_SCRIPT, timeout=180)
+    assert_all_ok(results)
+    assert all(r.lines("DDP_OK") for r in results)
+    equal = results[0].lines("EQUAL")
+    assert len(equal) == 7, results[0].output[-3000:]
+
+
+def test_split_by_throughput():
+    from fl_runtime.integration.distributed.mixed_speed import split_by_throughput
+    assert split_by_throughput(8, [3.0, 1.0]) == [6, 2]
+    assert split_by_throughput(10, [1.0, 1.0, 1.0]) in ([4, 3, 3], [3, 4, 3], [3, 3, 4])
+    assert split_by_throughput(4, [1000.0, 1.0, 1.0]) == [2, 1, 1]        # everyone keeps a sample
+    assert sum(split_by_throughput(257, [2.5, 1.3, 0.7, 9.1])) == 257
+    with pytest.raises(ValueError, match="cannot give each"):
+        split_by_throughput(2, [1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="positive"):
+        split_by_throughput(8, [1.0, 0.0])
