@@ -100,6 +100,7 @@ _slots = _SlotPool()
 # DLManagedTensor address -> (slot or None for a malloc'd slot-less one, release callable, block)
 _live: dict[int, tuple] = {}
 _hidden_error: BaseException | None = None
+held_past_unwinding: list = []   # see hold_past_unwinding
 _detached = False          # set once at exit: deleters are NULL from then on (detach_deleters)
 # A PyDLL function: ctypes raises the interpreter's pending exception, if any, after any
 # such call, and this generic call path is never specialised away (see _take_pending_error).
@@ -130,6 +131,20 @@ def _take_pending_error() -> BaseException | None:
     except BaseException as exc:   # noqa: BLE001 - whatever the interpreter was raising
         return exc
     return None
+
+
+def hold_past_unwinding(objects: object) -> None:
+    """Keep `objects` (a failed op's inputs) until the next op or memory query instead
+    of letting the interpreter free them while it unwinds the op's exception: a
+    tensor freed then runs its deleter with the exception pending, which replaces it
+    with "SystemError: error return without exception set" (see _take_pending_error)."""
+    held_past_unwinding.append(objects)
+
+
+def release_held() -> None:
+    """Drop what hold_past_unwinding kept (called where no exception can be pending)."""
+    if held_past_unwinding:
+        held_past_unwinding.clear()
 
 
 def _report_hidden_error(error: BaseException | None) -> None:

@@ -38,7 +38,7 @@ import atexit
 import gc
 import os
 
-from fl_runtime.devices.storage import detach_deleters, keep_until_exit
+from fl_runtime.devices.storage import detach_deleters, keep_until_exit, release_held
 from fl_runtime.errors import FLError
 from fl_runtime.logs import logger
 
@@ -51,6 +51,7 @@ def install(runtime) -> None:
 
 def release_at_exit(runtime, pid: int) -> None:
     """The exit sequence described in the module docstring (idempotent)."""
+    release_held()      # a failed op's inputs go back the normal way, as does cyclic garbage
     gc.collect()
     same_process = os.getpid() == pid
     if same_process:
