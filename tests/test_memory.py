@@ -1,7 +1,14 @@
 """torch.fl memory API over the caching allocator (README "Device API")."""
 import gc
+from types import SimpleNamespace
 
+import pytest
 import torch
+
+from fl_runtime import abi
+from fl_runtime.abi import ffi
+from fl_runtime.errors import FLOutOfMemoryError, VendorError
+from fl_runtime.ops.launcher import _raise_launch_failure
 
 MIB = 1 << 20
 
@@ -80,3 +87,95 @@ def test_device_oom_empties_the_cache_retries_then_explains(python):
     assert message.startswith("FLOutOfMemoryError")
     assert "tried to allocate 104857600 bytes" in message and "50331648 bytes in use" in message
     assert "limit 67108864 of 67108864 bytes" in message and "cached" in message
+
+
+def test_oom_inside_ops_raises_oom_and_frees_what_the_launch_allocated(python):
+    # 64 MiB device: repeated matmul chains until memory runs out, the exception kept
+    # (as a REPL keeps the last one); then a two-output op that fails at its second
+    # output.  Every byte comes back once the user's tensors are dropped, and the exit is silent.
+    result = python("""
+        import gc, torch, torch_fl
+        a = torch.randn(1024, 1024, device="fl:0")                  # 4 MiB
+        before = torch.fl.memory_allocated(0)
+        results, errors = [], []
+        try:
+            for _ in range(100):
+                results.append((a @ a) @ a)      # the inner product is a temporary
+        except torch.OutOfMemoryError as exc:
+            errors.append(exc)
+        print("MATMUL", type(errors[-1]).__name__, isinstance(errors[-1], torch_fl.FLOutOfMemoryError))
+        results.clear()
+        gc.collect()
+        print("MATMUL-LEAK", torch.fl.memory_allocated(0) - before)
+
+        x = torch.randn(4, 1 << 20, device="fl:0")                  # 16 MiB
+        fill = [torch.empty(1 << 20, device="fl:0") for _ in range(10)]   # 40 MiB: 8 MiB left
+        before_max = torch.fl.memory_allocated(0)
+        try:
+            torch.max(x, 0)          # values (4 MiB) fit, indices (int64, 8 MiB) do not
+        except torch.OutOfMemoryError as exc:
+            errors.append(exc)
+        print("MAX", type(errors[-1]).__name__, len(errors))
+        print("MAX-HELD", torch.fl.memory_allocated(0) - before_max)   # the exception is still alive
+        del x, fill
+        gc.collect()
+        torch.fl.empty_cache()
+        print("FINAL-LEAK", torch.fl.memory_allocated(0) - before,
+              torch.fl.memory_reserved(0) - torch.fl.memory_allocated(0))
+        print("HIDDEN", torch_fl.last_hidden_error())
+        print("AGAIN", (a @ a).sum().item() != 0)
+    """, {"FL_REFERENCE_MEMORY_MB": "64"})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "", result.stderr
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    assert lines["MATMUL"] == "FLOutOfMemoryError True"
+    assert lines["MATMUL-LEAK"] == "0"
+    assert lines["MAX"] == "FLOutOfMemoryError 2"
+    assert lines["MAX-HELD"] == "0"
+    assert lines["FINAL-LEAK"] == "0 0"
+    assert lines["HIDDEN"] == "None" and lines["AGAIN"] == "True"
+
+
+def test_tensor_freed_while_python_raises_gives_its_block_back(python):
+    # The clone dies while the interpreter unwinds the RuntimeError, with the exception
+    # still pending; its deleter must still give the block back (50 times: no leak),
+    # never fail inside the C callback, and report the error it could not pass on.
+    result = python("""
+        import gc, torch, torch_fl
+        x = torch.tensor([True, False] * 512, device="fl:0")
+        before = torch.fl.memory_allocated(0)
+        for _ in range(50):
+            try:
+                x.clone().__ior__(3)
+            except (RuntimeError, SystemError):
+                pass
+        gc.collect()
+        print("LEAK", torch.fl.memory_allocated(0) - before)
+        print("HIDDEN", type(torch_fl.last_hidden_error()).__name__)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "LEAK 0" in result.stdout
+    assert "Exception ignored" not in result.stderr
+    # every stderr line is the runtime's own report of the hidden error (if the interpreter hid it)
+    for line in result.stderr.splitlines():
+        assert line.startswith("torch_fl ERROR: an fl tensor was freed while Python was raising RuntimeError"), line
+    if result.stderr:
+        assert "HIDDEN RuntimeError" in result.stdout
+
+
+def test_vendor_out_of_memory_from_a_kernel_is_an_out_of_memory_error():
+    message = ffi.new("char[]", b"scratch buffer of 1 GiB")
+    checked = []
+
+    def check(status, call):         # Plugin.check: raises for any non-success status
+        checked.append(call)
+        raise VendorError(call, status, "FL_ERROR_X", "", "fake")
+    plugin = SimpleNamespace(api=SimpleNamespace(last_error_message=lambda: message), name="fake", check=check)
+    device = SimpleNamespace(index=3, plugin=plugin)
+    with pytest.raises(torch.OutOfMemoryError) as caught:
+        _raise_launch_failure(device, abi.ERROR_OUT_OF_MEMORY, "aten::mm")
+    assert isinstance(caught.value, FLOutOfMemoryError)
+    assert "launch_kernel(aten::mm) on fl:3" in str(caught.value) and "scratch buffer of 1 GiB" in str(caught.value)
+    with pytest.raises(VendorError):
+        _raise_launch_failure(device, abi.ERROR_NOT_SUPPORTED + 1000, "aten::mm")
+    assert checked == ["launch_kernel(aten::mm) on fl:3"]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.devices.registry import DeviceInfo
+from fl_runtime.devices.storage import release_held
 from fl_runtime.errors import FLOutOfMemoryError, VendorError
 from fl_runtime.logs import logger
 
@@ -115,6 +116,7 @@ class CachingAllocator:
 
     def settle(self) -> None:
         """Account for storages PyTorch freed since the last allocation (for the stats API)."""
+        release_held()      # a failed op's inputs, kept past its exception's unwinding
         with self._lock:
             if self._freed:
                 self._drain_freed()
@@ -222,6 +224,7 @@ class CachingAllocator:
 
     def empty_cache(self) -> None:
         """Give every cached block back to the vendor (waits for the device first)."""
+        release_held()
         self._synchronize_device()
         with self._lock:
             if self._freed:

@@ -5,6 +5,19 @@ kDLExtDev (which PyTorch maps to PrivateUse1, our `fl`): the storage's data
 pointer is the vendor's device address, the strides are ours, and PyTorch
 calls our deleter when the last view of the storage dies, which returns the
 block to the caching allocator.  PyTorch never dereferences the address.
+
+Lifetimes (README "Status and known limits", process exit).  PyTorch keeps a
+raw pointer to each DLManagedTensor and, when the storage dies, reads its
+`deleter` field and calls it.  Both things it touches must outlive every fl
+tensor, including tensors that die while the interpreter tears itself down:
+- the DLManagedTensor memory is C memory (malloc) that no Python object owns,
+  so no module or garbage-collector teardown can free it under PyTorch;
+- the deleter is a cffi callback; its closure is freed with the callback
+  object, after which the function pointer leads into freed memory (the
+  SIGSEGV/SIGILL at interpreter exit), so the callback is kept until exit.
+At exit (integration.shutdown) `detach_deleters()` sets every live deleter to
+NULL, which PyTorch skips (DLPack lets the deleter be NULL): no tensor dying
+after that point enters Python, whatever state the interpreter is in.
 """
 from __future__ import annotations
 
@@ -28,6 +41,10 @@ typedef struct { void *data; DLDevice device; int32_t ndim; DLDataType dtype;
 typedef struct DLManagedTensor { DLTensor dl_tensor; void *manager_ctx;
                                  void (*deleter)(struct DLManagedTensor *); } DLManagedTensor;
 """)
+# The C library's allocator, for memory PyTorch reads after Python may have gone (see above).
+_dl.cdef("void *malloc(size_t size); void free(void *ptr);")
+_libc = _dl.dlopen(None)
+_DELETER_OFFSET = _dl.offsetof("DLManagedTensor", "deleter")
 _KDL_EXT_DEV = 12
 DL_DTYPES = {  # torch dtype -> (DLPack type code, bits)
     torch.float32: (2, 32), torch.float64: (2, 64), torch.float16: (2, 16), torch.bfloat16: (4, 16),
@@ -49,8 +66,23 @@ _DIMS = [struct.Struct(f"={2 * n}q") for n in range(_MAX_SLOT_DIMS + 1)]
 assert _MANAGED.size == _dl.sizeof("DLManagedTensor")
 
 
+def keep_until_exit(obj: object) -> None:
+    """Give `obj` a reference nothing ever drops, so neither module teardown nor the
+    garbage collector at interpreter exit frees it (or anything it refers to)."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+def _c_memory(nbytes: int):
+    """`nbytes` of C memory (address, writable buffer) that no Python object owns."""
+    pointer = _libc.malloc(nbytes)
+    if pointer == _dl.NULL:
+        raise MemoryError(f"cannot allocate {nbytes} bytes of host memory for fl tensor descriptors")
+    return int(_dl.cast("uintptr_t", pointer)), _dl.buffer(_dl.cast("char *", pointer), nbytes)
+
+
 class _SlotPool:
     """Fixed-size C slots for DLManagedTensors, recycled when PyTorch frees a tensor.
+    The slabs are never freed: PyTorch may read a slot as late as process exit.
 
     Threads: take() and give_back() are single list operations (pop, append), atomic
     in CPython, so the hot path takes no lock; only a refill (a new slab) is locked,
@@ -58,7 +90,6 @@ class _SlotPool:
     thread's pop can leave it empty-handed."""
 
     def __init__(self) -> None:
-        self._slabs: list = []
         self._free: list[tuple] = []      # (writable buffer, offset, address)
         self._refill_lock = threading.Lock()
 
@@ -74,9 +105,7 @@ class _SlotPool:
                 return self._free.pop()   # another thread refilled while we waited
             except IndexError:
                 pass
-            slab = _dl.new("char[]", _SLOT_SIZE * _SLOTS_PER_SLAB)
-            self._slabs.append(slab)
-            mem, base = _dl.buffer(slab), int(_dl.cast("uintptr_t", slab))
+            base, mem = _c_memory(_SLOT_SIZE * _SLOTS_PER_SLAB)
             slots = [(mem, i * _SLOT_SIZE, base + i * _SLOT_SIZE) for i in range(_SLOTS_PER_SLAB)]
             mine = slots.pop()
             self._free.extend(slots)
@@ -87,24 +116,54 @@ class _SlotPool:
 
 
 _slots = _SlotPool()
-# DLManagedTensor address -> (slot, release callable, block)
+# DLManagedTensor address -> (slot or None for a malloc'd slot-less one, release callable, block)
 _live: dict[int, tuple] = {}
-# DLManagedTensor address -> cffi objects of the rare slot-less tensors (> 8 dims)
-_cffi_keepalive: dict[int, tuple] = {}
 _hidden_error: BaseException | None = None
+held_past_unwinding: list = []   # see hold_past_unwinding
+_detached = False          # set once at exit: deleters are NULL from then on (detach_deleters)
+# A PyDLL function: ctypes raises the interpreter's pending exception, if any, after any
+# such call, and this generic call path is never specialised away (see _take_pending_error).
+_error_probe = ctypes.pythonapi.Py_IsInitialized
+_error_probe.restype = ctypes.c_int
+_error_probe.argtypes = []
 
 
 @_dl.callback("void(DLManagedTensor *)")
 def _deleter(managed) -> None:
+    hidden = _take_pending_error()
+    if hidden is not None:
+        _report_hidden_error(hidden)
+    _release(int(_dl.cast("uintptr_t", managed)))
+
+
+def _take_pending_error() -> BaseException | None:
+    """The exception Python was raising when PyTorch called the deleter, taken out of
+    the interpreter's pending state (None if there was none).
+
+    A temporary fl tensor can die while the interpreter unwinds a failed call.  With
+    the exception still pending, the first builtin call that checks for it fails with
+    SystemError *after* doing its work, so e.g. popping the block's entry would lose
+    it (the block leaks).  The probe call surfaces the pending exception, as itself,
+    before anything else runs."""
     try:
-        address = int(_dl.cast("uintptr_t", managed))
-    except SystemError as exc:
-        # PyTorch freed the tensor while Python had an exception pending (a temporary
-        # dying as the interpreter unwinds a failed call): any builtin called then fails.
-        # Catching it cleared the pending state, so the release below works.
-        _report_hidden_error(exc.__cause__ or exc.__context__)
-        address = int(_dl.cast("uintptr_t", managed))
-    _release(address)
+        _error_probe()
+    except BaseException as exc:   # noqa: BLE001 - whatever the interpreter was raising
+        return exc
+    return None
+
+
+def hold_past_unwinding(objects: object) -> None:
+    """Keep `objects` (a failed op's inputs) until the next op or memory query instead
+    of letting the interpreter free them while it unwinds the op's exception: a
+    tensor freed then runs its deleter with the exception pending, which replaces it
+    with "SystemError: error return without exception set" (see _take_pending_error)."""
+    held_past_unwinding.append(objects)
+
+
+def release_held() -> None:
+    """Drop what hold_past_unwinding kept (called where no exception can be pending)."""
+    if held_past_unwinding:
+        held_past_unwinding.clear()
 
 
 def _report_hidden_error(error: BaseException | None) -> None:
@@ -131,12 +190,35 @@ def _release(address: int) -> None:
         if slot is not None:
             _slots.give_back(slot)
         else:
-            _cffi_keepalive.pop(address, None)
+            _libc.free(_dl.cast("void *", address))
         if block is not None:
             release(block)
 
 
+keep_until_exit(_deleter)      # its C entry point must stay valid while any tensor may call it
 _DELETER_ADDRESS = int(_dl.cast("uintptr_t", _deleter))
+
+
+def detach_deleters() -> int:
+    """Set the deleter of every live fl tensor (and of any made later) to NULL, so that
+    no tensor dying from now on enters Python; returns how many were live.  Called at
+    interpreter exit, after the devices were synchronised: the blocks of tensors that
+    are still alive stay with the vendor until the process ends (freeing them here
+    would let a finalizer that still reads such a tensor read freed device memory)."""
+    global _detached
+    _detached = True            # before the snapshot: a wrap_block racing us re-checks it
+    addresses = list(_live)
+    for address in addresses:
+        _null_deleter(address)
+    return len(addresses)
+
+
+def deleters_detached() -> bool:
+    return _detached
+
+
+def _null_deleter(address: int) -> None:
+    ctypes.c_void_p.from_address(address + _DELETER_OFFSET).value = None
 
 
 def storage_nbytes(shape, stride, itemsize: int) -> int:
@@ -165,16 +247,15 @@ def wrap_block(block, release, device_index: int, shape, stride, dtype: torch.dt
         dims = address + _MANAGED.size
         _DIMS[ndim].pack_into(mem, offset + _MANAGED.size, *shape, *stride)
         keep = slot
-    else:     # rare: a slot-less, cffi-allocated DLManagedTensor
-        dims_array = _dl.new("int64_t[]", list(shape) + list(stride))
-        managed = _dl.new("DLManagedTensor*")
-        mem, offset, address = _dl.buffer(managed), 0, int(_dl.cast("uintptr_t", managed))
-        dims = int(_dl.cast("uintptr_t", dims_array))
-        keep = None
-        _cffi_keepalive[address] = (managed, dims_array)
+    else:     # rare: a slot-less DLManagedTensor in its own C allocation, freed by _release
+        address, mem = _c_memory(_MANAGED.size + 16 * ndim)
+        offset, dims, keep = 0, address + _MANAGED.size, None
+        struct.pack_into(f"={2 * ndim}q", mem, _MANAGED.size, *shape, *stride)
     _MANAGED.pack_into(mem, offset, data, _KDL_EXT_DEV, device_index, ndim, code, bits, 1,
                        dims, dims + 8 * ndim, 0, 0, _DELETER_ADDRESS)
     _live[address] = (keep, release, block)
+    if _detached:       # made after (or while) detach_deleters ran at exit
+        _null_deleter(address)
     return torch._C._from_dlpack(_capsule_new(address, b"dltensor", None))
 
 

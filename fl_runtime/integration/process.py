@@ -5,6 +5,8 @@ singleton.  `start()` checks the PyTorch version, builds the Runtime (config,
 plugins, devices, op table), and registers it with PyTorch (integration.backend).  A failure is kept in
 `startup_error` and raised again by every later `start()`, so PyTorch's
 autoload can keep `import torch` working while `import torch_fl` raises it.
+The started runtime lives until the process ends, and lets go of the devices
+at exit in the order integration.shutdown describes.
 Tools reach the runtime through `start()`, never through the package root.
 """
 from __future__ import annotations
@@ -41,9 +43,11 @@ def started() -> Runtime | None:
 
 
 def _build() -> Runtime:
+    from fl_runtime.integration import shutdown
     from fl_runtime.integration.backend import install
     from fl_runtime.torch_compat import check_torch_version
     check_torch_version()
     runtime = Runtime()
     install(runtime)
+    shutdown.install(runtime)
     return runtime

@@ -11,13 +11,17 @@ While a profile is active, launches are timed and bracketed by vendor events.
 from __future__ import annotations
 
 from time import perf_counter_ns
+from typing import NoReturn
 
 import torch
 
 from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.devices.registry import DeviceInfo
+from fl_runtime.devices.storage import held_past_unwinding as _held_inputs
+from fl_runtime.devices.storage import hold_past_unwinding, release_held
 from fl_runtime.devices.streams import Event
+from fl_runtime.errors import FLOutOfMemoryError, VendorError
 from fl_runtime.ops import accounting
 from fl_runtime.ops.fallback.chain import FallbackChain, mixed_devices_error
 from fl_runtime.ops.marshal import MarshalError, marshal
@@ -109,11 +113,18 @@ class Launcher:
         launch = self.launch
 
         def kernel(*args, **kwargs):
-            return launch(name, args, kwargs)
+            try:
+                return launch(name, args, kwargs)
+            except BaseException as exc:
+                _outlive_unwinding(exc, args, kwargs)
+                del args, kwargs, exc
+                raise
         kernel.__name__ = f"fl_{name.replace('.', '_')}"
         return kernel
 
     def launch(self, name: str, args: tuple, kwargs: dict):
+        if _held_inputs:
+            release_held()
         prof = accounting.ACTIVE
         start = perf_counter_ns() if prof is not None else 0
         plan, spec_cache = self._plan(name)
@@ -135,19 +146,26 @@ class Launcher:
         stream = rt.streams.current(device.index)
         outputs = self._outputs(plan, values, entry.specs, device, stream)
         try:
-            c_args, count = marshal(plan, values, outputs,
-                                    rt.rng.taker(device.index) if plan.has_generator else None, entry)
-        except MarshalError as exc:
-            return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, str(exc))
-        rt.order_after_writers(device.index, stream, values, outputs)
-        if prof is None:
-            status = choice.launch_fn(stream.handle, choice.entry, c_args, count)
-        else:
-            status = self._profiled_launch(prof, start, plan.qualified_name, choice, device, stream, c_args, count)
-        if status != abi.SUCCESS:
-            if status == _DECLINED:    # nothing was enqueued; the outputs are simply dropped
-                return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, _declined_reason(device))
-            device.plugin.check(status, f"launch_kernel({name}) on fl:{device.index}")
+            try:
+                c_args, count = marshal(plan, values, outputs,
+                                        rt.rng.taker(device.index) if plan.has_generator else None, entry)
+            except MarshalError as exc:
+                outputs.clear()        # the CPU run makes its own
+                return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, str(exc))
+            rt.order_after_writers(device.index, stream, values, outputs)
+            if prof is None:
+                status = choice.launch_fn(stream.handle, choice.entry, c_args, count)
+            else:
+                status = self._profiled_launch(prof, start, plan.qualified_name, choice, device, stream,
+                                               c_args, count)
+            if status != abi.SUCCESS:
+                if status == _DECLINED:    # nothing was enqueued; the outputs are simply dropped
+                    outputs.clear()
+                    return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, _declined_reason(device))
+                _raise_launch_failure(device, status, name)
+        except BaseException:
+            _drop(outputs)
+            raise
         if prof is None:
             accounting.record(plan.qualified_name, _NATIVE)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
@@ -190,14 +208,58 @@ class Launcher:
 
     def _outputs(self, plan: OpPlan, values: list, specs, device: DeviceInfo, stream) -> list:
         outputs = []
-        for alias_index, spec, is_out in zip(plan.returns_alias, specs, plan.out_returns):
-            if alias_index is not None:
-                if is_out and spec is not None and values[alias_index].shape != spec[0]:
-                    resize_output(values[alias_index], spec[0])
-                outputs.append(values[alias_index])
-            elif spec is None:
-                outputs.append(None)
-            else:
-                outputs.append(self.rt.new_tensor_from_spec(device.index, spec, stream))
+        try:
+            for alias_index, spec, is_out in zip(plan.returns_alias, specs, plan.out_returns):
+                if alias_index is not None:
+                    if is_out and spec is not None and values[alias_index].shape != spec[0]:
+                        resize_output(values[alias_index], spec[0])
+                    outputs.append(values[alias_index])
+                elif spec is None:
+                    outputs.append(None)
+                else:
+                    outputs.append(self.rt.new_tensor_from_spec(device.index, spec, stream))
+        except BaseException:      # e.g. out of memory at the second output: free the first
+            _drop(outputs)
+            raise
         return outputs
 
+
+def _outlive_unwinding(exc: BaseException, args: tuple, kwargs: dict) -> None:
+    """A failed op's inputs may include temporaries only the caller's expression holds
+    (`(a @ a) @ a`).  Left to the traceback, they would live as long as the exception
+    (a REPL keeps the last one); left to the interpreter, they would die while it
+    unwinds, with the exception pending, and the user would get SystemError in place
+    of it (README "Status and known limits").  So they are held until the next op or
+    memory query, and the finished runtime frames in the traceback drop their locals."""
+    hold_past_unwinding((args, kwargs))
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None   # skip kernel()'s own frame
+    while tb is not None:
+        try:
+            tb.tb_frame.clear()
+        except RuntimeError:    # still executing: an exception raised earlier and re-raised here
+            pass
+        tb = tb.tb_next
+
+
+def _drop(outputs: list) -> None:
+    """Let go of the outputs a failed launch allocated, now, while the exception is being
+    handled.  Otherwise the traceback's frames would keep them - for as long as the caller
+    keeps the exception (a REPL keeps the last one) - and if they died later while Python
+    was unwinding, their deleter would run with an exception pending (README "Status and
+    known limits")."""
+    outputs.clear()
+
+
+def _raise_launch_failure(device: DeviceInfo, status: int, name: str) -> NoReturn:
+    """Raise for a failed launch_kernel: out of memory is FLOutOfMemoryError (a
+    torch.OutOfMemoryError, so code that catches it to retry smaller still can),
+    anything else the plugin's VendorError."""
+    call = f"launch_kernel({name}) on fl:{device.index}"
+    if status == abi.ERROR_OUT_OF_MEMORY:
+        raw = device.plugin.api.last_error_message()
+        message = ffi.string(raw).decode(errors="replace") if raw != ffi.NULL else "no message"
+        raise FLOutOfMemoryError(f"{call}: the kernel ran out of device memory ({message}); free tensors, "
+                                 "call torch.fl.empty_cache() or use smaller inputs")
+    device.plugin.check(status, call)
+    raise VendorError(call, status, abi.STATUS_NAMES.get(status, f"status {status}"),
+                      "launch_kernel reported a failure that check() accepted", device.plugin.name)
