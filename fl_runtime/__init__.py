@@ -6,8 +6,9 @@
 
 The runtime starts once per process (fl_runtime.integration.process): PyTorch's
 autoload does it inside `import torch`, `import torch_fl` does it and raises
-what went wrong, and every call below starts it when needed.  Importing this
-package (or one of its modules, as the conformance suite does) starts nothing.
+what went wrong, and every call below starts it when needed.  With PyTorch's
+autoload off (TORCH_DEVICE_BACKEND_AUTOLOAD=0, as the conformance suite's
+workers run), importing this package or one of its modules starts nothing.
 The layers and what each may import: README, "Architecture".
 """
 from __future__ import annotations
@@ -93,6 +94,10 @@ def plugin_certifications() -> list[dict]:
              "code": status.code, "reason": status.reason, "key_id": status.key_id}
             for name, path, loaded, status in entries]
 
+
+from fl_runtime.integration.autoload import finish_deferred  # noqa: E402 (after the API it may start)
+
+finish_deferred()          # PyTorch's autoload ran while this package was being imported
 
 __all__ = ["__version__", "init", "runtime", "list_devices", "device_count", "why_no_devices",
            "synchronize", "plugin_certifications", "last_hidden_error", "op_stats", "profile", "Profile", "coverage",
