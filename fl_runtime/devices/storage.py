@@ -213,10 +213,6 @@ def detach_deleters() -> int:
     return len(addresses)
 
 
-def deleters_detached() -> bool:
-    return _detached
-
-
 def _null_deleter(address: int) -> None:
     ctypes.c_void_p.from_address(address + _DELETER_OFFSET).value = None
 
