@@ -1,0 +1,93 @@
+"""Decompositions Torch-FL adds where PyTorch's own cannot run on fl (README "Fallbacks, profiling and coverage").
+
+The generic kernel runs an op as PyTorch's decomposition of it when every leaf runs
+on fl.  A few decompositions that real models need end in ops no vendor can have:
+`prims::*` ops (they exist only for tracing compilers; vendors implement ATen ops,
+`fl_sdk/include/fl_abi.h`), or a prim whose own implementation calls the op
+back.  For those, this table gives a decomposition written
+with ATen ops a vendor has; `generic.decomposition_of` consults it first.  Each
+entry is checked on meta tensors like PyTorch's (nothing here is trusted blindly),
+and each is tested against the CPU in tests/test_extra_decompositions.py.
+
+Every function is written with whole-tensor ops only (no Python loop over elements,
+no `.item()`): the meta trace must see the same calls the real run makes.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _indices(length: int, device: torch.device) -> torch.Tensor:
+    """0..length-1 in int64, by doubling: [0] -> [0, 1] -> [0..3] ..., log2(length)
+    cat+add calls, exact for every length."""
+    values = torch.zeros(1 if length > 0 else 0, dtype=torch.int64, device=device)
+    size = values.numel()
+    while size < length:
+        values = torch.cat([values, values + size])
+        size *= 2
+    return values[:length]
+
+
+def arange_start_out(start, end, step=1, *, out: torch.Tensor) -> torch.Tensor:
+    """aten::arange.start_out (HF models call it for positions and cache indices).
+    PyTorch's decomposition ends in prims::iota, whose own implementation calls
+    arange again, so it can never run on fl.  Values are start + i*step as the CPU
+    kernel computes them: in int64 for integer results, in float64 (the CPU kernel's
+    accumulate type) for floating ones, then cast once."""
+    length = _arange_length(start, end, step)
+    index = _indices(length, out.device)
+    if out.dtype.is_floating_point or isinstance(start, float) or isinstance(step, float):
+        values = index.to(torch.float64) * float(step) + float(start)
+    else:
+        values = index * int(step) + int(start)
+    out.resize_(length)
+    return out.copy_(values)
+
+
+def _arange_length(start, end, step) -> int:
+    """The element count aten::arange checks and computes (ceil((end-start)/step))."""
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    if (step > 0 and end < start) or (step < 0 and end > start):
+        raise ValueError(f"arange: upper bound {end} and lower bound {start} inconsistent with step sign {step}")
+    return max(0, math.ceil((float(end) - float(start)) / float(step)))
+
+
+def cumsum(self: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """aten::cumsum for dtypes the vendor's cumsum lacks (HF takes the cumsum of
+    int64 attention masks for positions; `generate` counts finished sequences).
+    PyTorch's decomposition needs prims::sum and an n*n mask; this is the
+    Hillis-Steele scan instead: log2(n) shifted adds, exact for integers, in the
+    result dtype cumsum itself uses (int64 for bool and integer inputs)."""
+    if dtype is None:
+        dtype = torch.int64 if (not self.is_floating_point() and not self.is_complex()) else self.dtype
+    result = self.to(dtype)
+    if result.dim() == 0:
+        return result.clone()
+    dim = dim % result.dim()
+    length = result.shape[dim]
+    shift = 1
+    while shift < length:
+        zeros_shape = list(result.shape)
+        zeros_shape[dim] = shift
+        shifted = torch.cat([torch.zeros(zeros_shape, dtype=dtype, device=result.device),
+                             result.narrow(dim, 0, length - shift)], dim)
+        result = result + shifted
+        shift *= 2
+    return result
+
+
+EXTRA_DECOMPOSITIONS: dict[torch._ops.OpOverload, Callable] = {
+    aten.arange.start_out: arange_start_out,
+    aten.cumsum.default: cumsum,
+}
+
+
+def extra_decomposition_of(op: torch._ops.OpOverload) -> Callable | None:
+    """Torch-FL's own decomposition of `op`, or None."""
+    return EXTRA_DECOMPOSITIONS.get(op)
