@@ -82,9 +82,72 @@ def cumsum(self: torch.Tensor, dim: int, *, dtype: torch.dtype | None = None) ->
     return result
 
 
+def transformer_encoder_layer_fwd(src, embed_dim: int, num_heads: int, qkv_weight, qkv_bias, proj_weight,
+                                  proj_bias, use_gelu: bool, norm_first: bool, eps: float,
+                                  norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2,
+                                  ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2,
+                                  mask=None, mask_type=None):
+    """aten::_transformer_encoder_layer_fwd, the fused layer nn.TransformerEncoderLayer
+    takes in eval / no-grad (its "fast path" admits the PrivateUse1 device).  PyTorch
+    has no decomposition; this is the same computation as ATen's
+    native/transformers/transformer.cpp, step by step: (pre- or post-) layer norm,
+    self-attention through the packed qkv projection, residual, feed-forward, residual.
+    Masks: none, an (L, L) attention mask (mask_type 0) or a (B, L) key padding mask
+    (mask_type 1), boolean (True = masked) or additive; other layouts (nested
+    tensors) decline, and the chain moves on."""
+    if src.dim() != 3 or src.is_nested:
+        return NotImplemented
+    attention_mask = _attention_mask(mask, mask_type, src)
+    if attention_mask is NotImplemented:
+        return NotImplemented
+    x = torch.nn.functional.layer_norm(src, (embed_dim,), norm_weight_1, norm_bias_1, eps) if norm_first else src
+    x = src + _self_attention(x, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, attention_mask)
+    if not norm_first:
+        x = torch.nn.functional.layer_norm(x, (embed_dim,), norm_weight_1, norm_bias_1, eps)
+    residual = x
+    if norm_first:
+        x = torch.nn.functional.layer_norm(x, (embed_dim,), norm_weight_2, norm_bias_2, eps)
+    hidden = torch.nn.functional.linear(x, ffn_weight_1, ffn_bias_1)
+    hidden = torch.nn.functional.gelu(hidden) if use_gelu else torch.relu(hidden)
+    x = residual + torch.nn.functional.linear(hidden, ffn_weight_2, ffn_bias_2)
+    if not norm_first:
+        x = torch.nn.functional.layer_norm(x, (embed_dim,), norm_weight_2, norm_bias_2, eps)
+    return x
+
+
+def _attention_mask(mask, mask_type, src):
+    """The mask as a (B or 1, 1, 1 or L, L) tensor to add or fill, None, or
+    NotImplemented for layouts this decomposition does not cover."""
+    if mask is None:
+        return None
+    if mask.dim() == 2 and mask_type == 1:          # key padding: (B, L)
+        return mask[:, None, None, :]
+    if mask.dim() == 2 and mask_type in (0, None):  # attention mask: (L, L)
+        return mask[None, None, :, :]
+    if mask.dim() == 4:
+        return mask
+    return NotImplemented
+
+
+def _self_attention(x, num_heads: int, qkv_weight, qkv_bias, proj_weight, proj_bias, mask):
+    batch, length, embed_dim = x.shape
+    head_dim = embed_dim // num_heads
+    qkv = torch.nn.functional.linear(x, qkv_weight, qkv_bias)
+    qkv = qkv.view(batch, length, 3, num_heads, head_dim).permute(2, 0, 3, 1, 4)
+    query, key, value = qkv[0], qkv[1], qkv[2]
+    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(head_dim)
+    if mask is not None:
+        scores = (scores.masked_fill(mask, float("-inf")) if mask.dtype == torch.bool
+                  else scores + mask)
+    attended = torch.matmul(torch.softmax(scores, dim=-1), value)
+    attended = attended.transpose(1, 2).reshape(batch, length, embed_dim)
+    return torch.nn.functional.linear(attended, proj_weight, proj_bias)
+
+
 EXTRA_DECOMPOSITIONS: dict[torch._ops.OpOverload, Callable] = {
     aten.arange.start_out: arange_start_out,
     aten.cumsum.default: cumsum,
+    aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer_fwd,
 }
 
 
