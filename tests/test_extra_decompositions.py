@@ -34,6 +34,21 @@ def test_arange_with_dtype(fl, dtype):
     assert torch.equal(got, torch.arange(2, 30, 3, dtype=dtype))
 
 
+@pytest.mark.parametrize("args,dtype", [((-3.3, 1000.7, 0.37), torch.float32), ((0, 10, 0.1), torch.float16),
+                                        ((0, 50, 0.3), torch.bfloat16)])
+def test_arange_fractional_step_is_correctly_rounded(fl, args, dtype):
+    """A fractional step: each value is start + i*step computed in float64 and rounded
+    once. PyTorch's CPU kernel adds steps in vector chunks of the output dtype (chunk
+    width depends on the host's SIMD), so it may differ by one unit in the last place."""
+    got = torch.arange(*args, dtype=dtype, device="fl:0").cpu()
+    cpu = torch.arange(*args, dtype=dtype)
+    start, _, step = args
+    exact = (start + step * torch.arange(cpu.numel(), dtype=torch.float64)).to(dtype)
+    assert torch.equal(got, exact)
+    ulp = torch.finfo(dtype).eps * cpu.double().abs().clamp_min(1.0)
+    assert ((got.double() - cpu.double()).abs() <= ulp).all()
+
+
 def test_arange_rejects_inconsistent_bounds():
     out = torch.empty(0, dtype=torch.int64)
     with pytest.raises(ValueError, match="inconsistent"):
