@@ -119,6 +119,50 @@ def test_transformer_encoder_eval_fast_path_on_fl(fl):
     assert _paths(fl, "aten::_transformer_encoder_layer_fwd") == {"generic": 2}
 
 
+@pytest.mark.parametrize("mode,padding_idx,weighted", [("sum", None, False), ("sum", 4, True), ("sum", None, True),
+                                                       ("mean", None, False), ("mean", 4, False)])
+def test_embedding_bag_forward_backward_on_fl(fl, mode, padding_idx, weighted):
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(10, 3, mode=mode, padding_idx=padding_idx)
+    indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4, 4])   # bag 1 is empty
+    weights = torch.rand(8) if weighted else None
+    want = bag(indices, offsets, per_sample_weights=weights)
+    want.pow(2).sum().backward()
+    want_grad, bag.weight.grad = bag.weight.grad, None
+    bag.to("fl:0")
+    fl.op_stats.reset()
+    got = bag(indices.to("fl:0"), offsets.to("fl:0"),
+              per_sample_weights=None if weights is None else weights.to("fl:0"))
+    got.pow(2).sum().backward()
+    torch.testing.assert_close(got.cpu(), want)
+    torch.testing.assert_close(bag.weight.grad.cpu(), want_grad)
+    assert _paths(fl, "aten::_embedding_bag") == {"generic": 1}
+    assert _paths(fl, "aten::_embedding_bag_backward") == {"generic": 1}
+    with torch.no_grad():
+        torch.testing.assert_close(bag(indices.to("fl:0"), offsets.to("fl:0"),
+                                       per_sample_weights=None if weights is None else weights.to("fl:0")).cpu(),
+                                   want.detach())
+
+
+def test_embedding_bag_sample_weight_gradient_reads_our_offset2bag(fl):
+    """The per-sample-weights gradient is ATen's (CPU fallback); it reads the
+    offset2bag our forward made, which must mean what ATen's means."""
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(10, 3, mode="sum")
+    indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3]), torch.tensor([0, 2, 2])
+    weights = torch.rand(6, requires_grad=True)
+    bag(indices, offsets, per_sample_weights=weights).pow(2).sum().backward()
+    weights_fl = weights.detach().to("fl:0").requires_grad_()
+    bag.to("fl:0")(indices.to("fl:0"), offsets.to("fl:0"), per_sample_weights=weights_fl).pow(2).sum().backward()
+    torch.testing.assert_close(weights_fl.grad.cpu(), weights.grad)
+
+
+def test_embedding_bag_max_mode_declines():
+    w, i, o = torch.randn(5, 2), torch.tensor([0, 1]), torch.tensor([0])
+    assert extra.embedding_bag(w, i, o, mode=2) is NotImplemented
+
+
 def test_every_extra_decomposition_is_tested():
-    assert set(extra.EXTRA_DECOMPOSITIONS) == {aten.arange.start_out, aten.cumsum.default,
-                                               aten._transformer_encoder_layer_fwd.default}
+    assert set(extra.EXTRA_DECOMPOSITIONS) == {
+        aten.arange.start_out, aten.cumsum.default, aten._transformer_encoder_layer_fwd.default,
+        aten._embedding_bag.default, aten._embedding_bag_forward_only.default, aten._embedding_bag_backward.default}

@@ -144,10 +144,73 @@ def _self_attention(x, num_heads: int, qkv_weight, qkv_bias, proj_weight, proj_b
     return torch.nn.functional.linear(attended, proj_weight, proj_bias)
 
 
+_SUM, _MEAN = 0, 1     # EmbeddingBag modes as ATen numbers them (max is 2)
+
+
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """aten::_embedding_bag (nn.EmbeddingBag), sum and mean modes.  PyTorch has no
+    decomposition.  Every shape is fixed by the inputs' shapes (no data-dependent
+    sizes): the bag of each position is how many bag starts are <= it, minus one; rows
+    are gathered, weighted, padding rows zeroed, and summed per bag with index_add.
+    Returns (output, offset2bag, bag_size, max_indices) with offset2bag and bag_size
+    as ATen's mean mode fills them (sum mode's CPU kernel may leave them empty/zero),
+    which is what the backward below and ATen's per-sample-weights backward read.
+    Max mode, scale_grad_by_freq and sparse decline (the chain moves on), so the
+    forward and backward of those take the same path."""
+    if mode not in (_SUM, _MEAN) or scale_grad_by_freq or sparse or indices.dim() != 1:
+        return NotImplemented
+    bags = offsets.numel() - (1 if include_last_offset else 0)
+    offset2bag = _offset2bag(indices, offsets, bags)
+    keep = _kept(indices, padding_idx)
+    rows = weight.index_select(0, indices)
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.unsqueeze(1)
+    rows = rows * keep.unsqueeze(1).to(rows.dtype)
+    output = torch.zeros(bags, weight.shape[1], dtype=weight.dtype, device=weight.device).index_add(0, offset2bag, rows)
+    bag_size = torch.zeros(bags, dtype=torch.int64, device=weight.device).index_add(0, offset2bag, keep.to(torch.int64))
+    if mode == _MEAN:
+        output = output / bag_size.clamp_min(1).unsqueeze(1).to(output.dtype)
+    return output, offset2bag, bag_size, bag_size.clone()
+
+
+def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+                           scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1):
+    """aten::_embedding_bag_backward for what embedding_bag above computes: each
+    position's row of the weight gradient is its bag's gradient (divided by the bag
+    size in mean mode, times its sample weight), padding positions contribute nothing."""
+    if mode not in (_SUM, _MEAN) or scale_grad_by_freq or sparse or offset2bag.numel() != indices.numel():
+        return NotImplemented
+    rows = grad.index_select(0, offset2bag)
+    if mode == _MEAN:
+        rows = rows / bag_size.clamp_min(1).index_select(0, offset2bag).unsqueeze(1).to(rows.dtype)
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.unsqueeze(1)
+    rows = rows * _kept(indices, padding_idx).unsqueeze(1).to(rows.dtype)
+    weight_grad = torch.zeros(num_weights, grad.shape[1], dtype=grad.dtype, device=grad.device)
+    return weight_grad.index_add(0, indices, rows)
+
+
+def _offset2bag(indices, offsets, bags: int):
+    """The bag of each position: how many of the first `bags` offsets are <= it, minus one."""
+    positions = _indices(indices.numel(), indices.device)
+    return (offsets[:bags].unsqueeze(0) <= positions.unsqueeze(1)).to(torch.int64).sum(1) - 1
+
+
+def _kept(indices, padding_idx: int):
+    """True where the position is not the padding index (ATen: padding_idx < 0 is none)."""
+    if padding_idx < 0:
+        return torch.ones(indices.shape, dtype=torch.bool, device=indices.device)
+    return indices != padding_idx
+
+
 EXTRA_DECOMPOSITIONS: dict[torch._ops.OpOverload, Callable] = {
     aten.arange.start_out: arange_start_out,
     aten.cumsum.default: cumsum,
     aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer_fwd,
+    aten._embedding_bag.default: embedding_bag,
+    aten._embedding_bag_forward_only.default: embedding_bag,
+    aten._embedding_bag_backward.default: embedding_bag_backward,
 }
 
 
