@@ -22,6 +22,8 @@ from torch._decomp import decomposition_table
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
+from fl_runtime.ops.fallback.extra_decompositions import extra_decomposition_of
+
 _META = torch.device("meta")
 
 Leaf = tuple  # (OpOverload, args, kwargs, result) as the decomposition called it, on meta tensors
@@ -32,8 +34,9 @@ class InfeasibleDecomposition(Exception):
 
 
 def decomposition_of(op: torch._ops.OpOverload) -> Callable | None:
-    """PyTorch's decomposition of `op`, or None when it has none."""
-    return decomposition_table.get(op)
+    """The decomposition of `op`, or None when it has none: Torch-FL's own where PyTorch's
+    cannot run on fl (extra_decompositions), else PyTorch's."""
+    return extra_decomposition_of(op) or decomposition_table.get(op)
 
 
 def implicit_or_table_decomposition(op: torch._ops.OpOverload) -> Callable | None:
