@@ -84,8 +84,12 @@ class Plugin:
         return f"Plugin({self.name!r}, {self.source.path!r}, abi={self.abi_version})"
 
 
+# A plugin's strings are names and messages; reading stops here even if one is unterminated.
+_MAX_STRING = 4096
+
+
 def _string(cdata) -> str:
-    return ffi.string(cdata).decode(errors="replace") if cdata != ffi.NULL else ""
+    return ffi.string(cdata, _MAX_STRING).decode(errors="replace") if cdata != ffi.NULL else ""
 
 
 def discover_sources(config_plugins: tuple[str, ...] = ()) -> list[PluginSource]:
@@ -198,7 +202,30 @@ def _negotiate(source: PluginSource, get_api):
     if not abi.struct_covers(api, "fl_api", _REQUIRED_FIELD):
         raise IncompatibleABIError(source.name, f"its function table is {api.struct_size} bytes, "
                                    f"too short for ABI {major}.{minor}")
+    _validate_table(source, api)
     return api
+
+
+def _validate_table(source: PluginSource, api) -> None:
+    """Refuse a table the runtime would crash on: a NULL `info` or a NULL function
+    pointer among the fields the plugin's struct_size covers (fl_abi.h: every
+    function of the negotiated minor is required).  A wild non-NULL pointer cannot
+    be detected from here; those faults are the plugin's own."""
+    if api.info == ffi.NULL:
+        raise PluginLoadError(source.name, "its fl_api table has info = NULL (fl_abi.h requires the "
+                              "plugin_name/vendor/device_type record): fix the plugin's fl_plugin_get_api")
+    if api.info.struct_size < ffi.offsetof("fl_plugin_info", "vendor"):
+        raise PluginLoadError(source.name, f"its fl_plugin_info.struct_size is {api.info.struct_size}, "
+                              "too small to hold plugin_name: fix the plugin's info record")
+    for name in _function_fields():
+        if abi.struct_covers(api, "fl_api", name) and getattr(api, name) == ffi.NULL:
+            raise PluginLoadError(source.name, f"its fl_api table has {name} = NULL; every function of "
+                                  "the ABI minor it speaks is required (fl_abi.h): fix the plugin")
+
+
+def _function_fields() -> list[str]:
+    return [name for name, field in ffi.typeof("fl_api").fields
+            if field.type.kind == "function"]    # cffi: a function pointer's kind
 
 
 def load_all(sources: list[PluginSource], policy: CertificationPolicy | None = None,
