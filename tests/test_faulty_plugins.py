@@ -94,3 +94,5 @@ def test_the_fixture_without_a_fault_works(python, out):
     report, doctor = _run(python, _build(out, None))
     assert report["faulty"] and report["load_failures"] == [], report
     assert all(report["results"])
+    loads = next(c for c in doctor["checks"] if c["name"] == "plugins load")
+    assert loads["status"] == "ok" and "faulty" in loads["detail"], loads
