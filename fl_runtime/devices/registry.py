@@ -10,12 +10,15 @@ from dataclasses import dataclass, field
 from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.config import Config
+from fl_runtime.errors import PluginLoadError
 from fl_runtime.logs import logger
 from fl_runtime.plugins.drivers import DriverVerdict
 from fl_runtime.plugins.loader import Plugin
 
 # The device type PyTorch sees (PrivateUse1 renamed): "fl:0", torch.autocast("fl").
 DEVICE_TYPE = "fl"
+# More devices than any machine holds: a larger device_count is a corrupt answer.
+MAX_DEVICES_PER_PLUGIN = 4096
 
 
 @dataclass
@@ -56,6 +59,10 @@ def probe_plugin(plugin: Plugin) -> list[DeviceInfo]:
     """Ask one plugin for its devices (driver probe + properties)."""
     count = ffi.new("int32_t*")
     plugin.check(plugin.api.device_count(count), "device_count")
+    if not 0 <= count[0] <= MAX_DEVICES_PER_PLUGIN:
+        # A corrupt count would hang start-up probing 2^31 devices (README "Pointing Torch-FL at a plugin").
+        raise PluginLoadError(plugin.source.name, f"device_count reported {count[0]} devices; a plugin may "
+                              f"report 0 to {MAX_DEVICES_PER_PLUGIN}: fix the plugin's device_count")
     logger.debug("plugin '%s' reports %d device(s)", plugin.name, count[0])
     devices = []
     for local in range(count[0]):

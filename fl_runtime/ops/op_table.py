@@ -12,10 +12,13 @@ from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.config import KernelsConfig
 from fl_runtime.devices.registry import DeviceInfo
+from fl_runtime.errors import PluginLoadError
 from fl_runtime.logs import logger
 from fl_runtime.ops import accounting
 
 _VARIANT_NAMES = abi.VARIANT_NAMES
+# Far more than ATen's overloads times variants: a larger count is a corrupt answer.
+MAX_KERNELS = 1 << 16
 
 
 class KernelChoice:
@@ -53,14 +56,29 @@ def _read_kernel_table(plugin, policy: KernelsConfig) -> dict[str, KernelChoice]
     entries = ffi.new("fl_kernel_entry**")
     count = ffi.new("uint32_t*")
     plugin.check(plugin.api.kernel_table(ffi.cast("const fl_kernel_entry**", entries), count), "kernel_table")
+    _validate_kernel_table(plugin, entries[0], count[0])
     offered: dict[str, dict[str, KernelChoice]] = {}      # op -> variant name -> first entry
     for i in range(count[0]):
         entry = entries[0] + i
         choice = KernelChoice(entry, entry.dtypes, entry.variant, plugin.api.launch_kernel)
-        offered.setdefault(ffi.string(entry.op).decode(), {}).setdefault(choice.variant_name, choice)
+        offered.setdefault(ffi.string(entry.op, 256).decode(), {}).setdefault(choice.variant_name, choice)
     table = {name: _pick_variant(name, variants, policy) for name, variants in offered.items()}
     logger.debug("plugin '%s' offers %d kernels for %d ops", plugin.name, count[0], len(table))
     return table
+
+
+def _validate_kernel_table(plugin, entries, count: int) -> None:
+    """Refuse a table the runtime would crash reading: too many entries, a NULL array,
+    an entry without its `op` name."""
+    if count > MAX_KERNELS:
+        raise PluginLoadError(plugin.source.name, f"kernel_table reported {count} entries; at most "
+                              f"{MAX_KERNELS} are accepted: fix the plugin's kernel_table")
+    if count and entries == ffi.NULL:
+        raise PluginLoadError(plugin.source.name, f"kernel_table reported {count} entries but a NULL array")
+    for i in range(count):
+        if entries[i].op == ffi.NULL:
+            raise PluginLoadError(plugin.source.name, f"kernel_table entry {i} has op = NULL: fix the "
+                                  "plugin's kernel table")
 
 
 def _pick_variant(name: str, variants: dict[str, KernelChoice], policy: KernelsConfig) -> KernelChoice:

@@ -311,11 +311,13 @@ class CertificationPolicy:
         explicit = self.certificates.get(plugin_name)
         return Path(explicit) if explicit else default_certificate_path(library_path)
 
-    def assess(self, plugin_name: str, library_path: str) -> CertificationStatus:
+    def assess(self, plugin_name: str, library_path: str,
+               library_sha256: str | None = None) -> CertificationStatus:
         """The status of one library, without loading it.  Hashes only when there is
-        a certificate to check, so an uncertified plugin costs one stat()."""
+        a certificate to check, so an uncertified plugin costs one stat(); the loader
+        passes `library_sha256`, hashed from the descriptor it loads (plugins.pinned)."""
         certificate = self.certificate_for(plugin_name, library_path)
         if not certificate.is_file():
             return _no_certificate(certificate, library_path,
                                    f"name it in the config's certification.certificates.{plugin_name}")
-        return verify_certificate(certificate, library_path, self.trusted_keys)
+        return verify_certificate(certificate, library_path, self.trusted_keys, library_sha256)

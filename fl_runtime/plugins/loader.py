@@ -29,6 +29,7 @@ from fl_runtime.plugins.metadata import (
     PluginMetadataError,
     read_metadata,
 )
+from fl_runtime.plugins.pinned import PinnedLibrary, load_pinned, open_pinned
 
 ENTRY_POINT_GROUP = "torch_fl.plugins"
 DISABLE_ENTRY_POINTS_ENV = "TORCH_FL_DISABLE_ENTRY_POINTS"
@@ -63,6 +64,7 @@ class Plugin:
         # (devices.registry), read by the stack (fl_runtime.plugins.stack)
         self.driver_versions: dict[str, str] = {}
         self.lib = lib          # keeps the library mapped for the process lifetime
+        self.dependencies: list = []    # $ORIGIN dependencies preloaded for it (plugins.pinned)
         self.api = api
         info = api.info
         self.name = _string(info.plugin_name) or source.name
@@ -82,8 +84,12 @@ class Plugin:
         return f"Plugin({self.name!r}, {self.source.path!r}, abi={self.abi_version})"
 
 
+# A plugin's strings are names and messages; reading stops here even if one is unterminated.
+_MAX_STRING = 4096
+
+
 def _string(cdata) -> str:
-    return ffi.string(cdata).decode(errors="replace") if cdata != ffi.NULL else ""
+    return ffi.string(cdata, _MAX_STRING).decode(errors="replace") if cdata != ffi.NULL else ""
 
 
 def discover_sources(config_plugins: tuple[str, ...] = ()) -> list[PluginSource]:
@@ -135,43 +141,43 @@ def load_plugin(source: PluginSource, policy: CertificationPolicy | None = None)
     if not os.path.isfile(source.path):
         raise PluginLoadError(source.name, f"library {source.path} does not exist "
                               f"(found via {source.origin}); build or reinstall the plugin")
-    certification = _certify_before_load(source, policy or CertificationPolicy())
     try:
-        metadata = read_metadata(source.path)
-    except PluginMetadataError as exc:
-        raise PluginLoadError(source.name, str(exc)) from exc
-    try:
-        lib = ffi.dlopen(source.path)
+        pinned = open_pinned(source.path)
     except OSError as exc:
-        raise PluginLoadError(source.name, f"cannot load {source.path}: {exc}") from exc
+        raise PluginLoadError(source.name, f"cannot open {source.path}: {exc}") from exc
+    try:
+        certification = _certify_before_load(source, policy or CertificationPolicy(), pinned)
+        try:
+            metadata = read_metadata(source.path)
+        except PluginMetadataError as exc:
+            raise PluginLoadError(source.name, str(exc)) from exc
+        try:
+            # The bytes hashed above, never the path again (README "Certifying a plugin").
+            lib = load_pinned(pinned, ffi.dlopen)
+        except OSError as exc:
+            raise PluginLoadError(source.name, f"cannot load {source.path}: {exc}") from exc
+    except BaseException:
+        pinned.close()      # refused before loading: nothing holds the descriptor
+        raise
     try:
         get_api = getattr(lib, abi.ENTRY_SYMBOL)
     except AttributeError:
         raise PluginLoadError(source.name, f"{source.path} does not export '{abi.ENTRY_SYMBOL}': "
                               "it is not a Torch-FL plugin") from None
-    return Plugin(source, lib, _negotiate(source, get_api), certification, metadata)
+    plugin = Plugin(source, lib, _negotiate(source, get_api), certification, metadata)
+    plugin.dependencies = pinned.dependencies
+    return plugin
 
 
-def _certify_before_load(source: PluginSource, policy: CertificationPolicy) -> CertificationStatus:
-    """The library's certification status, checked on the very file about to be loaded."""
-    before = _identity(source.path)
-    status = policy.assess(source.name, source.path)
+def _certify_before_load(source: PluginSource, policy: CertificationPolicy,
+                         pinned: PinnedLibrary) -> CertificationStatus:
+    """The certification status of the bytes behind `pinned`'s descriptor: the ones
+    load_pinned will load, whatever the path points at by then."""
+    status = policy.assess(source.name, source.path, pinned.sha256)
     logger.debug("plugin '%s' certification: %s", source.name, status.reason)
-    if not policy.require_certified:
-        return status
-    if not status.certified:
+    if policy.require_certified and not status.certified:
         raise UncertifiedPluginError(source.name, status)
-    # A file swapped between hashing and dlopen (a rebuild renames over it) must
-    # not inherit the certificate; an in-place rewrite in that instant is not caught.
-    if _identity(source.path) != before:
-        raise PluginLoadError(source.name, f"{source.path} changed while its certificate was being "
-                              "checked; load again once the rebuild or install has finished")
     return status
-
-
-def _identity(path: str) -> tuple[int, int, int, int]:
-    info = os.stat(path)
-    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
 
 
 def _negotiate(source: PluginSource, get_api):
@@ -196,7 +202,30 @@ def _negotiate(source: PluginSource, get_api):
     if not abi.struct_covers(api, "fl_api", _REQUIRED_FIELD):
         raise IncompatibleABIError(source.name, f"its function table is {api.struct_size} bytes, "
                                    f"too short for ABI {major}.{minor}")
+    _validate_table(source, api)
     return api
+
+
+def _validate_table(source: PluginSource, api) -> None:
+    """Refuse a table the runtime would crash on: a NULL `info` or a NULL function
+    pointer among the fields the plugin's struct_size covers (fl_abi.h: every
+    function of the negotiated minor is required).  A wild non-NULL pointer cannot
+    be detected from here; those faults are the plugin's own."""
+    if api.info == ffi.NULL:
+        raise PluginLoadError(source.name, "its fl_api table has info = NULL (fl_abi.h requires the "
+                              "plugin_name/vendor/device_type record): fix the plugin's fl_plugin_get_api")
+    if api.info.struct_size < ffi.offsetof("fl_plugin_info", "vendor"):
+        raise PluginLoadError(source.name, f"its fl_plugin_info.struct_size is {api.info.struct_size}, "
+                              "too small to hold plugin_name: fix the plugin's info record")
+    for name in _function_fields():
+        if abi.struct_covers(api, "fl_api", name) and getattr(api, name) == ffi.NULL:
+            raise PluginLoadError(source.name, f"its fl_api table has {name} = NULL; every function of "
+                                  "the ABI minor it speaks is required (fl_abi.h): fix the plugin")
+
+
+def _function_fields() -> list[str]:
+    return [name for name, field in ffi.typeof("fl_api").fields
+            if field.type.kind == "function"]    # cffi: a function pointer's kind
 
 
 def load_all(sources: list[PluginSource], policy: CertificationPolicy | None = None,
