@@ -1,16 +1,19 @@
 /*
- * event.c -- events of the reference chip, and stream_wait_event.
+ * event.c -- events of the reference chip, event_record and
+ * stream_wait_event.  Calls stream.c, queue.c, device.c and error.c
+ * (driver.h lists the layers).
  *
- * Each event_record bumps the event's generation and queues a RECORD task
- * carrying it; the worker marks the generation complete (with a
- * CLOCK_MONOTONIC timestamp) when it reaches the task.  Query, synchronize
- * and stream_wait_event all refer to the generation that was latest when
- * they were called, which is what makes events re-recordable.
+ * Each event_record bumps the event's generation and queues a host task
+ * carrying it (record_done); the stream's worker marks the generation
+ * complete (with a CLOCK_MONOTONIC timestamp) when it reaches the task.
+ * Query, synchronize and stream_wait_event all refer to the generation that
+ * was latest when they were called, which is what makes events
+ * re-recordable.
  *
  * Queued tasks hold a reference, so event_destroy on a pending event only
  * drops the caller's reference; the memory goes when the last task ran.
  */
-#include "internal.h"
+#include "driver.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -43,9 +46,19 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- called by stream workers ------------------------------------------- */
+/* ---- run by stream workers, as host tasks --------------------------------- */
 
-void drv_event_complete(fl_event e, uint64_t generation) {
+static void event_release(fl_event e) {
+    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+/* The worker reached a record: mark its generation complete. */
+static void record_done(void *obj, uint64_t generation) {
+    fl_event e = obj;
     pthread_mutex_lock(&e->lock);
     /* Records on different streams may finish out of order; keep the newest. */
     if (generation > e->completed) {
@@ -54,21 +67,17 @@ void drv_event_complete(fl_event e, uint64_t generation) {
     }
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->lock);
+    event_release(e);
 }
 
-void drv_event_block_until(fl_event e, uint64_t generation) {
+/* The worker reached a wait: block the stream until the generation ran. */
+static void wait_done(void *obj, uint64_t generation) {
+    fl_event e = obj;
     pthread_mutex_lock(&e->lock);
     while (e->completed < generation)
         pthread_cond_wait(&e->cv, &e->lock);
     pthread_mutex_unlock(&e->lock);
-}
-
-void drv_event_release(fl_event e) {
-    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1)
-        return;
-    pthread_cond_destroy(&e->cv);
-    pthread_mutex_destroy(&e->lock);
-    free(e);
+    event_release(e);
 }
 
 /* ---- API ---------------------------------------------------------------- */
@@ -97,7 +106,7 @@ fl_status drv_event_destroy(fl_event e) {
     if (st != FL_SUCCESS)
         return st;
     e->magic = 0;
-    drv_event_release(e);
+    event_release(e);
     return FL_SUCCESS;
 }
 
@@ -109,9 +118,10 @@ static void fill_record(drv_task *slot, void *ctx) {
     pthread_mutex_lock(&e->lock);
     uint64_t generation = ++e->recorded;
     pthread_mutex_unlock(&e->lock);
-    slot->kind = DRV_TASK_RECORD;
-    slot->u.event.event = e;
-    slot->u.event.generation = generation;
+    slot->kind = DRV_TASK_HOST;
+    slot->u.host.fn = record_done;
+    slot->u.host.obj = e;
+    slot->u.host.value = generation;
 }
 
 fl_status drv_event_record(fl_event e, fl_stream s) {
@@ -125,9 +135,9 @@ fl_status drv_event_record(fl_event e, fl_stream s) {
                         "event_record: event of device %d recorded on a stream of device %d",
                         e->device, drv_stream_device(s));
     atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
-    st = drv_stream_enqueue_with(s, fill_record, e);
+    st = drv_queue_enqueue_with(drv_stream_queue(s), fill_record, e);
     if (st != FL_SUCCESS)
-        drv_event_release(e);
+        event_release(e);
     return st;
 }
 
@@ -145,10 +155,10 @@ fl_status drv_stream_wait_event(fl_stream s, fl_event e) {
     if (done) /* never recorded, or already complete: nothing to wait for */
         return FL_SUCCESS;
     atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
-    drv_task t = {.kind = DRV_TASK_WAIT, .u.event = {.event = e, .generation = target}};
-    st = drv_stream_enqueue(s, &t);
+    drv_task t = {.kind = DRV_TASK_HOST, .u.host = {.fn = wait_done, .obj = e, .value = target}};
+    st = drv_queue_enqueue(drv_stream_queue(s), &t);
     if (st != FL_SUCCESS)
-        drv_event_release(e);
+        event_release(e);
     return st;
 }
 

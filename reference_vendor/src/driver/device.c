@@ -1,17 +1,28 @@
 /*
  * device.c -- the reference chip's devices: how many there are (from the
- * environment), their properties, and their one-time initialisation.
+ * environment), their properties, and their one-time initialisation, which
+ * maps each device's memory.  Calls only error.c (driver.h lists the layers).
+ *
+ * Each device's memory is one sparse memfd mapped twice: a PROT_NONE view
+ * whose addresses are handed out as fl_devptr (so a host dereference of a
+ * device address faults, as it would on a real chip) and a read/write view
+ * that only the stream workers use.  The two views are aligned alike, so a
+ * device address and its private twin have the same alignment.  memory.c
+ * allocates within the region.
  */
-#include "internal.h"
+#include "driver.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
-/* A build of this plugin posing as another vendor (tests of F2 with two
- * plugins) gives its devices their own uuids with -DFL_REFERENCE_UUID_PREFIX. */
+/* A build of this plugin posing as another vendor (the two-plugin tests of
+ * stable device IDs, README "Pointing Torch-FL at a plugin") gives its
+ * devices their own uuids with -DFL_REFERENCE_UUID_PREFIX. */
 #ifndef FL_REFERENCE_UUID_PREFIX
 #define FL_REFERENCE_UUID_PREFIX "ref"
 #endif
@@ -21,6 +32,7 @@
 #define MAX_MEMORY_MB (1024 * 1024) /* 1 TiB: the memory is sparse, only address space */
 #define DEFAULT_ALIGNMENT 256
 #define MAX_ALIGNMENT (1u << 30)
+#define REGION_MIN_ALIGN (2u << 20) /* align the views to 2 MiB (huge-page friendly) */
 
 static drv_device g_devices[DRV_MAX_DEVICES];
 static int32_t g_device_count;
@@ -28,6 +40,55 @@ static uint32_t g_nprocs;
 static fl_status g_init_status = FL_SUCCESS;
 static char g_init_message[256];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* ---- mapping ---------------------------------------------------------------- */
+
+/* Map `len` bytes of `fd` at an address aligned to `align`: reserve extra
+ * address space, place the mapping inside it and trim the rest. */
+static char *map_aligned(int fd, size_t len, int prot, size_t align) {
+    size_t span = len + align;
+    char *res = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (res == MAP_FAILED)
+        return NULL;
+    uintptr_t at = ((uintptr_t)res + align - 1) & ~(uintptr_t)(align - 1);
+    char *m = mmap((void *)at, len, prot, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd, 0);
+    if (m == MAP_FAILED) {
+        munmap(res, span);
+        return NULL;
+    }
+    if (at > (uintptr_t)res)
+        munmap(res, at - (uintptr_t)res);
+    size_t tail = (size_t)((uintptr_t)res + span - (at + len));
+    if (tail)
+        munmap((char *)(at + len), tail);
+    return m;
+}
+
+/* Map the device's memory; on failure fill `msg` and return non-success. */
+static fl_status map_device_memory(drv_device *dev, char *msg, size_t msg_len) {
+    char name[32];
+    snprintf(name, sizeof name, "fl-reference-dev%d", dev->index);
+    size_t align = dev->alignment > REGION_MIN_ALIGN ? dev->alignment : REGION_MIN_ALIGN;
+    dev->memfd = memfd_create(name, MFD_CLOEXEC);
+    if (dev->memfd < 0 || ftruncate(dev->memfd, (off_t)dev->total_memory) != 0) {
+        snprintf(msg, msg_len, "device %d: memfd of %llu bytes: %s", dev->index,
+                 (unsigned long long)dev->total_memory, strerror(errno));
+        return FL_ERROR_DRIVER;
+    }
+    char *dev_view = map_aligned(dev->memfd, dev->total_memory, PROT_NONE, align);
+    char *priv_view = map_aligned(dev->memfd, dev->total_memory, PROT_READ | PROT_WRITE, align);
+    if (!dev_view || !priv_view) {
+        snprintf(msg, msg_len, "device %d: mapping %llu bytes of device memory failed: %s",
+                 dev->index, (unsigned long long)dev->total_memory, strerror(errno));
+        return FL_ERROR_DRIVER;
+    }
+    dev->dev_base = (uintptr_t)dev_view;
+    dev->priv_base = priv_view;
+    pthread_mutex_init(&dev->lock, NULL);
+    return FL_SUCCESS;
+}
+
+/* ---- settings and initialisation -------------------------------------------- */
 
 /* Parse a whole decimal integer in [lo, hi]; 0 on any other text. */
 static int parse_env_int(const char *text, long long lo, long long hi, long long *out) {
@@ -71,7 +132,7 @@ static void init_devices(void) {
         dev->index = i;
         dev->total_memory = mb << 20;
         dev->alignment = align;
-        g_init_status = drv_mem_init_device(dev, g_init_message, sizeof g_init_message);
+        g_init_status = map_device_memory(dev, g_init_message, sizeof g_init_message);
         if (g_init_status != FL_SUCCESS)
             return;
     }

@@ -1,83 +1,9 @@
 /*
  * plugin.c -- the reference chip's entry point: version negotiation, the
- * fl_api table, plugin info, the per-thread last error message and the
- * kernel table built from the kernels' ref_kernel_defs.
+ * fl_api table and plugin info.  The top layer of the driver (driver.h): it
+ * only names the other files' functions.
  */
-#include "internal.h"
-
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-/* ---- per-thread last error message ---------------------------------------- */
-
-/* Thread-local so that concurrent callers never see each other's errors.
- * It keeps the last failure until the next one (successes do not clear it,
- * which keeps the hot paths free of TLS writes). */
-static __thread char tls_message[DRV_MESSAGE_MAX];
-
-fl_status drv_fail(fl_status status, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(tls_message, sizeof tls_message, fmt, ap);
-    va_end(ap);
-    return status;
-}
-
-const char *drv_last_error_message(void) { return tls_message; }
-
-/* ---- kernel table ----------------------------------------------------------- */
-
-/* The table is built once from ref_kernel_defs (whose length is only known at
- * link time) and lives as long as the plugin, as the ABI promises. */
-static fl_kernel_entry *g_entries;
-static uint32_t g_entry_count;
-static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
-
-static void build_kernel_table(void) {
-    uint32_t n = ref_kernel_def_count;
-    fl_kernel_entry *e = calloc(n ? n : 1, sizeof *e);
-    if (!e)
-        return;
-    for (uint32_t i = 0; i < n; i++) {
-        e[i].struct_size = sizeof(fl_kernel_entry);
-        e[i].op = ref_kernel_defs[i].op;
-        e[i].dtypes = ref_kernel_defs[i].dtypes;
-        e[i].variant = ref_kernel_defs[i].variant;
-        e[i].flags = 0;
-        e[i].impl = &ref_kernel_defs[i];
-    }
-    g_entry_count = n;
-    g_entries = e;
-}
-
-fl_status drv_kernel_table(const fl_kernel_entry **entries, uint32_t *count) {
-    if (!entries || !count)
-        return drv_fail(FL_ERROR_INVALID_POINTER,
-                        "kernel_table(entries=%p, count=%p): NULL output pointer",
-                        (void *)entries, (void *)count);
-    pthread_once(&g_table_once, build_kernel_table);
-    if (!g_entries)
-        return drv_fail(FL_ERROR_INTERNAL, "kernel_table: out of host memory building the table");
-    *entries = g_entries;
-    *count = g_entry_count;
-    return FL_SUCCESS;
-}
-
-/* Only pointers into our own table are accepted: an entry from another
- * plugin (or a copy of ours) is an unknown kernel. */
-const ref_kernel_def *drv_kernel_resolve(const fl_kernel_entry *entry) {
-    pthread_once(&g_table_once, build_kernel_table);
-    if (!entry || !g_entries)
-        return NULL;
-    uintptr_t p = (uintptr_t)entry, lo = (uintptr_t)g_entries;
-    if (p < lo || (p - lo) % sizeof(fl_kernel_entry) != 0)
-        return NULL;
-    uintptr_t index = (p - lo) / sizeof(fl_kernel_entry);
-    if (index >= g_entry_count)
-        return NULL;
-    return &ref_kernel_defs[index];
-}
+#include "driver.h"
 
 /* ---- plugin info and the API table --------------------------------------- */
 

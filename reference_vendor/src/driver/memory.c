@@ -1,18 +1,15 @@
 /*
- * memory.c -- device memory of the reference chip.
- *
- * Each device's memory is one sparse memfd mapped twice: a PROT_NONE view
- * whose addresses are handed out as fl_devptr (so a host dereference of a
- * device address faults, as it would on a real chip) and a read/write view
- * that only the stream workers use.  The two views are aligned alike, so a
- * device address and its private twin have the same alignment.
+ * memory.c -- the allocator of the reference chip's device memory (the
+ * region device.c maps), and range checks against live allocations.  Calls
+ * device.c and error.c (driver.h lists the layers).
  *
  * The allocator is a best-fit free list with coalescing.  Blocks tile the
  * whole region in address order; live blocks also sit in a tsearch tree so
  * that "which allocation holds this address" (asked for every tensor of
- * every launch) is O(log n).
+ * every launch) is O(log n).  A device's allocator state is set up by its
+ * first allocation.
  */
-#include "internal.h"
+#include "driver.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +20,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define REGION_MIN_ALIGN (2u << 20)  /* align the views to 2 MiB (huge-page friendly) */
 #define PUNCH_MIN_BYTES (64u << 10)  /* give freed runs this large back to the host */
 
 struct drv_block {
@@ -33,57 +29,6 @@ struct drv_block {
     drv_block *free_prev, *free_next;/* links in dev->free_list, when free */
     int live;
 };
-
-/* ---- mapping ---------------------------------------------------------------- */
-
-/* Map `len` bytes of `fd` at an address aligned to `align`: reserve extra
- * address space, place the mapping inside it and trim the rest. */
-static char *map_aligned(int fd, size_t len, int prot, size_t align) {
-    size_t span = len + align;
-    char *res = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (res == MAP_FAILED)
-        return NULL;
-    uintptr_t at = ((uintptr_t)res + align - 1) & ~(uintptr_t)(align - 1);
-    char *m = mmap((void *)at, len, prot, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd, 0);
-    if (m == MAP_FAILED) {
-        munmap(res, span);
-        return NULL;
-    }
-    if (at > (uintptr_t)res)
-        munmap(res, at - (uintptr_t)res);
-    size_t tail = (size_t)((uintptr_t)res + span - (at + len));
-    if (tail)
-        munmap((char *)(at + len), tail);
-    return m;
-}
-
-fl_status drv_mem_init_device(drv_device *dev, char *msg, size_t msg_len) {
-    char name[32];
-    snprintf(name, sizeof name, "fl-reference-dev%d", dev->index);
-    size_t align = dev->alignment > REGION_MIN_ALIGN ? dev->alignment : REGION_MIN_ALIGN;
-    dev->memfd = memfd_create(name, MFD_CLOEXEC);
-    if (dev->memfd < 0 || ftruncate(dev->memfd, (off_t)dev->total_memory) != 0) {
-        snprintf(msg, msg_len, "device %d: memfd of %llu bytes: %s", dev->index,
-                 (unsigned long long)dev->total_memory, strerror(errno));
-        return FL_ERROR_DRIVER;
-    }
-    char *dev_view = map_aligned(dev->memfd, dev->total_memory, PROT_NONE, align);
-    char *priv_view = map_aligned(dev->memfd, dev->total_memory, PROT_READ | PROT_WRITE, align);
-    drv_block *all = calloc(1, sizeof *all);
-    if (!dev_view || !priv_view || !all) {
-        snprintf(msg, msg_len, "device %d: mapping %llu bytes of device memory failed: %s",
-                 dev->index, (unsigned long long)dev->total_memory, strerror(errno));
-        return FL_ERROR_DRIVER;
-    }
-    dev->dev_base = (uintptr_t)dev_view;
-    dev->priv_base = priv_view;
-    all->size = dev->total_memory;
-    dev->free_list = all;
-    dev->live_tree = NULL;
-    dev->free_bytes = dev->total_memory;
-    pthread_mutex_init(&dev->lock, NULL);
-    return FL_SUCCESS;
-}
 
 /* ---- block bookkeeping (caller holds dev->lock) ------------------------------ */
 
@@ -157,6 +102,21 @@ static int padding_for(const drv_device *dev, const drv_block *b, uint64_t align
     if (__builtin_add_overflow(addr, align - 1, &aligned))
         return 0;
     *pad = (aligned & ~(align - 1)) - addr;
+    return 1;
+}
+
+/* The whole region as one free block, on the device's first allocation. */
+static int heap_ready_locked(drv_device *dev) {
+    if (dev->heap_ready)
+        return 1;
+    drv_block *all = calloc(1, sizeof *all);
+    if (!all)
+        return 0;
+    all->size = dev->total_memory;
+    dev->free_list = all;
+    dev->live_tree = NULL;
+    dev->free_bytes = dev->total_memory;
+    dev->heap_ready = 1;
     return 1;
 }
 
@@ -274,6 +234,10 @@ fl_status drv_malloc(int32_t device, uint64_t size, uint64_t alignment, fl_devpt
      * device-aligned; size <= total_memory, so this cannot overflow. */
     uint64_t rounded = (size + dev->alignment - 1) & ~(dev->alignment - 1);
     pthread_mutex_lock(&dev->lock);
+    if (!heap_ready_locked(dev)) {
+        pthread_mutex_unlock(&dev->lock);
+        return drv_fail(FL_ERROR_INTERNAL, "fl_malloc(device=%d): out of host memory", device);
+    }
     uint64_t pad = 0;
     drv_block *b = best_fit(dev, rounded, align, &pad);
     drv_block *got = b ? carve(dev, b, pad, rounded) : NULL;
@@ -316,117 +280,8 @@ fl_status drv_memory_info(int32_t device, uint64_t *free_bytes, uint64_t *total_
     if (!dev)
         return drv_bad_device(device, "memory_info");
     pthread_mutex_lock(&dev->lock);
-    *free_bytes = dev->free_bytes;
+    *free_bytes = dev->heap_ready ? dev->free_bytes : dev->total_memory;
     pthread_mutex_unlock(&dev->lock);
     *total_bytes = dev->total_memory;
     return FL_SUCCESS;
-}
-
-/* ---- copies and memset ------------------------------------------------------ */
-
-/* Resolve a device range for an async call, or fail with a message naming
- * `call` and which operand (`what`) is bad. */
-static fl_status resolve_range(drv_device *dev, fl_devptr base, uint64_t offset, uint64_t size,
-                               const char *call, const char *what, char **host) {
-    uint64_t alloc_size;
-    pthread_mutex_lock(&dev->lock);
-    drv_range_check rc = drv_mem_check_locked(dev, base, offset, size, &alloc_size);
-    pthread_mutex_unlock(&dev->lock);
-    if (rc == DRV_RANGE_NO_ALLOCATION)
-        return drv_fail(FL_ERROR_INVALID_POINTER,
-                        "%s: %s=0x%llx is not inside a live allocation on device %d", call, what,
-                        (unsigned long long)base, dev->index);
-    if (rc == DRV_RANGE_OUT_OF_BOUNDS)
-        return drv_fail(FL_ERROR_INVALID_VALUE,
-                        "%s: %s=0x%llx + offset %llu + size %llu overruns its allocation of "
-                        "%llu bytes on device %d",
-                        call, what, (unsigned long long)base, (unsigned long long)offset,
-                        (unsigned long long)size, (unsigned long long)alloc_size, dev->index);
-    *host = drv_mem_host(dev, base) + offset;
-    return FL_SUCCESS;
-}
-
-/* Common checks: a live stream, and that its device is usable. */
-static fl_status stream_device(fl_stream stream, const char *call, drv_device **dev) {
-    fl_status st = drv_stream_check(stream, call);
-    if (st != FL_SUCCESS)
-        return st;
-    int32_t d = drv_stream_device(stream);
-    *dev = drv_device_get(d);
-    return *dev ? FL_SUCCESS : drv_bad_device(d, call);
-}
-
-static fl_status enqueue_copy(fl_stream stream, void *dst, const void *src, uint64_t size) {
-    drv_task t = {.kind = DRV_TASK_COPY, .u.copy = {.dst = dst, .src = src, .size = size}};
-    return drv_stream_enqueue(stream, &t);
-}
-
-/* Zero-byte transfers succeed without touching anything: PyTorch passes
- * null data pointers for empty tensors. */
-fl_status drv_memcpy_h2d_async(fl_stream stream, fl_devptr dst, uint64_t dst_offset,
-                               const void *src, uint64_t size) {
-    static const char call[] = "memcpy_h2d_async";
-    drv_device *dev;
-    char *host;
-    fl_status st = stream_device(stream, call, &dev);
-    if (st != FL_SUCCESS || size == 0)
-        return st;
-    if (!src)
-        return drv_fail(FL_ERROR_INVALID_POINTER, "%s(size=%llu): src is NULL", call,
-                        (unsigned long long)size);
-    st = resolve_range(dev, dst, dst_offset, size, call, "dst", &host);
-    return st != FL_SUCCESS ? st : enqueue_copy(stream, host, src, size);
-}
-
-fl_status drv_memcpy_d2h_async(fl_stream stream, void *dst, fl_devptr src, uint64_t src_offset,
-                               uint64_t size) {
-    static const char call[] = "memcpy_d2h_async";
-    drv_device *dev;
-    char *host;
-    fl_status st = stream_device(stream, call, &dev);
-    if (st != FL_SUCCESS || size == 0)
-        return st;
-    if (!dst)
-        return drv_fail(FL_ERROR_INVALID_POINTER, "%s(size=%llu): dst is NULL", call,
-                        (unsigned long long)size);
-    st = resolve_range(dev, src, src_offset, size, call, "src", &host);
-    return st != FL_SUCCESS ? st : enqueue_copy(stream, dst, host, size);
-}
-
-/* Either device may differ from the stream's: every device of this plugin
- * lives in this process, so the worker can reach both private views. */
-fl_status drv_memcpy_d2d_async(fl_stream stream, int32_t dst_device, fl_devptr dst,
-                               uint64_t dst_offset, int32_t src_device, fl_devptr src,
-                               uint64_t src_offset, uint64_t size) {
-    static const char call[] = "memcpy_d2d_async";
-    drv_device *sdev, *ddev, *srcdev;
-    char *dhost, *shost;
-    fl_status st = stream_device(stream, call, &sdev);
-    if (st != FL_SUCCESS)
-        return st;
-    if (!(ddev = drv_device_get(dst_device)))
-        return drv_bad_device(dst_device, "memcpy_d2d_async (dst_device)");
-    if (!(srcdev = drv_device_get(src_device)))
-        return drv_bad_device(src_device, "memcpy_d2d_async (src_device)");
-    if (size == 0)
-        return FL_SUCCESS;
-    st = resolve_range(ddev, dst, dst_offset, size, call, "dst", &dhost);
-    if (st == FL_SUCCESS)
-        st = resolve_range(srcdev, src, src_offset, size, call, "src", &shost);
-    return st != FL_SUCCESS ? st : enqueue_copy(stream, dhost, shost, size);
-}
-
-fl_status drv_memset_async(fl_stream stream, fl_devptr dst, uint64_t dst_offset, uint8_t value,
-                           uint64_t size) {
-    static const char call[] = "memset_async";
-    drv_device *dev;
-    char *host;
-    fl_status st = stream_device(stream, call, &dev);
-    if (st != FL_SUCCESS || size == 0)
-        return st;
-    st = resolve_range(dev, dst, dst_offset, size, call, "dst", &host);
-    if (st != FL_SUCCESS)
-        return st;
-    drv_task t = {.kind = DRV_TASK_MEMSET, .u.set = {.dst = host, .size = size, .value = value}};
-    return drv_stream_enqueue(stream, &t);
 }
