@@ -71,7 +71,12 @@ typedef fl_status (*flk_fn)(const fl_arg *args, uint32_t nargs, flk_ctx *ctx);
 /* A kernel definition: one row of the plugin's kernel table. */
 typedef struct flk_kernel {
     const char *op;       /* ATen overload name, e.g. "add.Tensor" ("mm" for .default) */
-    uint64_t dtypes;      /* mask of FLK_DT(fl_dtype) for its main tensors; 0 hides it */
+    /* mask of FLK_DT(fl_dtype) accepted for the op's main tensor(s) (self /
+     * input; for copy_ both sides); index and target tensors (max-pool
+     * indices, nll targets) are not part of it.  The runtime only dispatches
+     * declared dtypes, but a kernel re-checks what it reads (flk_check_dtype).
+     * 0 registers the kernel hidden: the table leaves it out. */
+    uint64_t dtypes;
     int32_t variant;      /* fl_kernel_variant */
     flk_fn fn;
     /* Optional, run by launch_kernel before anything is enqueued, on the

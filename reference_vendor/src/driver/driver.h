@@ -17,8 +17,10 @@
  *
  * The queue knows nothing of events: an event's record and wait reach the
  * worker as host-function tasks (DRV_TASK_HOST) whose function event.c
- * supplies.  Kernels (../kernels/) are not part of the driver: the queue runs
- * them through the SDK kernel interface (fl_kernel.h).
+ * supplies.  Kernels (../kernels/) are not part of the driver: they register
+ * themselves (FLK_REGISTER), launch.c hands the runtime the table the SDK
+ * kernel library gathers (flk_table), and the queue runs them through the
+ * SDK's kernel interface (fl_kernel.h, section 1).
  *
  * Nothing here is part of the ABI; only fl_plugin_get_api (and the
  * benchmarks' fl_reference_kernel_time_ns) is exported.  Driver-internal
@@ -34,7 +36,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "kernel_api.h"
+#include "fl_kernel.h"
 
 /* Everything declared below is private to the shared object. */
 #pragma GCC visibility push(hidden)
@@ -62,7 +64,7 @@ typedef enum drv_task_kind {
 typedef struct drv_task {
     drv_task_kind kind;
     union {
-        struct { const ref_kernel_def *def; fl_arg *args; uint32_t nargs; } kernel;
+        struct { const flk_kernel *def; fl_arg *args; uint32_t nargs; } kernel;
         struct { void *dst; const void *src; uint64_t size; } copy;
         struct { void *dst; uint64_t size; uint8_t value; } set;
         struct { void (*fn)(void *obj, uint64_t value); void *obj; uint64_t value; } host;

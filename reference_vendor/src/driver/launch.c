@@ -17,55 +17,17 @@
 
 /* ---- the kernel table -------------------------------------------------------- */
 
-/* The table is built once from ref_kernel_defs (whose length is only known at
- * link time) and lives as long as the plugin, as the ABI promises. */
-static fl_kernel_entry *g_entries;
-static uint32_t g_entry_count;
-static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
-
-static void build_kernel_table(void) {
-    uint32_t n = ref_kernel_def_count;
-    fl_kernel_entry *e = calloc(n ? n : 1, sizeof *e);
-    if (!e)
-        return;
-    for (uint32_t i = 0; i < n; i++) {
-        e[i].struct_size = sizeof(fl_kernel_entry);
-        e[i].op = ref_kernel_defs[i].op;
-        e[i].dtypes = ref_kernel_defs[i].dtypes;
-        e[i].variant = ref_kernel_defs[i].variant;
-        e[i].flags = 0;
-        e[i].impl = &ref_kernel_defs[i];
-    }
-    g_entry_count = n;
-    g_entries = e;
-}
-
+/* The kernels register themselves (FLK_REGISTER in each file of kernels/);
+ * the SDK kernel library gathers and sorts them once into the table the ABI
+ * wants, which lives as long as the plugin. */
 fl_status drv_kernel_table(const fl_kernel_entry **entries, uint32_t *count) {
     if (!entries || !count)
         return drv_fail(FL_ERROR_INVALID_POINTER,
                         "kernel_table(entries=%p, count=%p): NULL output pointer",
                         (void *)entries, (void *)count);
-    pthread_once(&g_table_once, build_kernel_table);
-    if (!g_entries)
-        return drv_fail(FL_ERROR_INTERNAL, "kernel_table: out of host memory building the table");
-    *entries = g_entries;
-    *count = g_entry_count;
-    return FL_SUCCESS;
-}
-
-/* Only pointers into our own table are accepted: an entry from another
- * plugin (or a copy of ours) is an unknown kernel. */
-static const ref_kernel_def *kernel_resolve(const fl_kernel_entry *entry) {
-    pthread_once(&g_table_once, build_kernel_table);
-    if (!entry || !g_entries)
-        return NULL;
-    uintptr_t p = (uintptr_t)entry, lo = (uintptr_t)g_entries;
-    if (p < lo || (p - lo) % sizeof(fl_kernel_entry) != 0)
-        return NULL;
-    uintptr_t index = (p - lo) / sizeof(fl_kernel_entry);
-    if (index >= g_entry_count)
-        return NULL;
-    return &ref_kernel_defs[index];
+    const char *problem = "";
+    fl_status st = flk_table(entries, count, &problem);
+    return st == FL_SUCCESS ? st : drv_fail(st, "kernel_table: %s", problem);
 }
 
 /* ---- launch_kernel: validation ------------------------------------------- */
@@ -314,15 +276,15 @@ static const char *complex_argument(const fl_arg *args, uint32_t nargs) {
 }
 
 /* FL_ERROR_NOT_SUPPORTED (nothing enqueued) for a call the kernel cannot
- * compute: see ref_kernel_def.accepts. */
-static fl_status decline_unsupported(const ref_kernel_def *def, int32_t device,
+ * compute: see flk_kernel.accepts in fl_kernel.h. */
+static fl_status decline_unsupported(const flk_kernel *def, int32_t device,
                                      const fl_arg *args, uint32_t nargs) {
     const char *complex = complex_argument(args, nargs);
     if (complex)
         return drv_fail(FL_ERROR_NOT_SUPPORTED, "launch_kernel(%s) declines: %s", def->op, complex);
     if (!def->accepts)
         return FL_SUCCESS;
-    ref_kernel_ctx ctx = {.device = device, .message = ""};
+    flk_ctx ctx = {.device = device, .op = def->op, .message = ""};
     if (def->accepts(args, nargs, &ctx) != FL_ERROR_NOT_SUPPORTED)
         return FL_SUCCESS;   /* malformed arguments fail in the kernel, on the stream */
     return drv_fail(FL_ERROR_NOT_SUPPORTED, "launch_kernel(%s) declines: %s", def->op,
@@ -334,7 +296,7 @@ fl_status drv_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel, con
     fl_status st = drv_stream_check(stream, "launch_kernel");
     if (st != FL_SUCCESS)
         return st;
-    const ref_kernel_def *def = kernel_resolve(kernel);
+    const flk_kernel *def = flk_table_kernel(kernel);
     if (!def)
         return drv_fail(FL_ERROR_INVALID_HANDLE,
                         "launch_kernel: kernel entry %p is not from this plugin's kernel table",

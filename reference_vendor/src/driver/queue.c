@@ -41,13 +41,14 @@ static uint64_t now_ns(void) {
  * through fl_reference_kernel_time_ns(); not part of the ABI. */
 static uint64_t kernel_time_ns;
 
-static fl_status run_kernel(drv_queue *q, const drv_task *t, ref_kernel_ctx *ctx) {
+static fl_status run_kernel(drv_queue *q, const drv_task *t, flk_ctx *ctx) {
     ctx->device = q->device;
+    ctx->op = t->u.kernel.def->op;
     ctx->message[0] = '\0';
-    ref_kernel_fn fn = t->u.kernel.def->fn;
+    flk_fn fn = t->u.kernel.def->fn;
     uint64_t start = now_ns();
     fl_status st = fn ? fn(t->u.kernel.args, t->u.kernel.nargs, ctx)
-                      : ref_kernel_fail(ctx, "the kernel table has no function for it");
+                      : flk_kernel_fail(ctx, "the kernel table has no function for it");
     __atomic_fetch_add(&kernel_time_ns, now_ns() - start, __ATOMIC_RELAXED);
     free(t->u.kernel.args);
     return st;
@@ -56,7 +57,7 @@ static fl_status run_kernel(drv_queue *q, const drv_task *t, ref_kernel_ctx *ctx
 __attribute__((visibility("default"))) uint64_t fl_reference_kernel_time_ns(void);
 uint64_t fl_reference_kernel_time_ns(void) { return __atomic_load_n(&kernel_time_ns, __ATOMIC_RELAXED); }
 
-static fl_status run_task(drv_queue *q, const drv_task *t, ref_kernel_ctx *ctx) {
+static fl_status run_task(drv_queue *q, const drv_task *t, flk_ctx *ctx) {
     switch (t->kind) {
     case DRV_TASK_KERNEL:
         return run_kernel(q, t, ctx);
@@ -77,7 +78,7 @@ static fl_status run_task(drv_queue *q, const drv_task *t, ref_kernel_ctx *ctx) 
 /* Keep the first failure until someone reads it; later work still runs so
  * that events recorded after a failure complete and nobody waits forever. */
 static void note_failure_locked(drv_queue *q, const drv_task *t, fl_status st,
-                                const ref_kernel_ctx *ctx) {
+                                const flk_ctx *ctx) {
     if (q->error != FL_SUCCESS)
         return;
     q->error = st;
@@ -111,7 +112,7 @@ static void spin_for_work(drv_queue *q) {
 
 static void *worker_main(void *arg) {
     drv_queue *q = arg;
-    ref_kernel_ctx ctx;
+    flk_ctx ctx;
     pthread_mutex_lock(&q->lock);
     for (;;) {
         if (q->head == q->tail && !q->shutdown)

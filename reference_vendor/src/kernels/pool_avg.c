@@ -1,10 +1,12 @@
 /*
- * kernels_avgpool.c -- avg_pool2d and avg_pool2d_backward for every float
+ * pool_avg.c -- avg_pool2d and avg_pool2d_backward for every float
  * dtype (3-d [C,H,W] or 4-d [N,C,H,W], padding, ceil_mode,
  * count_include_pad, divisor_override), on packed float64 planes, with
  * PyTorch's window and divisor rules.
  */
-#include "kernel_util.h"
+#include "fl_kernel.h"
+#include "util/pack.h"
+#include "util/pool_window.h"
 
 typedef struct avg_geom {
     int64_t planes, H, W, OH, OW, KH, KW, SH, SW, PH, PW;
@@ -36,26 +38,26 @@ static avg_window window_at(const avg_geom *g, int64_t oh, int64_t ow) {
 }
 
 /* args from ki: kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override */
-static fl_status parse_avg(const ref_args *a, const fl_tensor *x, uint32_t ki, avg_geom *g) {
+static fl_status parse_avg(const flk_args *a, const fl_tensor *x, uint32_t ki, avg_geom *g) {
     int ceil_mode, has_div;
     memset(g, 0, sizeof *g);
     const ref_pool_window w = {&g->KH, &g->KW, &g->SH, &g->SW, &g->PH, &g->PW};
-    REF_TRY(ref_pool_window_args(a, ki, &w));
-    REF_TRY(ref_get_bool(a, ki + 3, "ceil_mode", &ceil_mode));
-    REF_TRY(ref_get_bool(a, ki + 4, "count_include_pad", &g->count_include_pad));
-    REF_TRY(ref_get_opt_int(a, ki + 5, "divisor_override", &has_div, &g->divisor));
+    FLK_TRY(ref_pool_window_args(a, ki, &w));
+    FLK_TRY(flk_get_bool(a, ki + 3, "ceil_mode", &ceil_mode));
+    FLK_TRY(flk_get_bool(a, ki + 4, "count_include_pad", &g->count_include_pad));
+    FLK_TRY(flk_get_opt_int(a, ki + 5, "divisor_override", &has_div, &g->divisor));
     if (!has_div)
         g->divisor = 0;
-    REF_TRY(ref_check_dtype(a, x, "self", REF_FLOAT_TYPES));
+    FLK_TRY(flk_check_dtype(a, x, "self", FLK_FLOAT_TYPES));
     if (x->ndim != 3 && x->ndim != 4)
-        return ref_fail(a, "expected a 3-d or 4-d input, got %d dims", (int)x->ndim);
+        return flk_fail(a, "expected a 3-d or 4-d input, got %d dims", (int)x->ndim);
     if (g->KH <= 0 || g->KW <= 0 || g->SH <= 0 || g->SW <= 0 || (has_div && g->divisor == 0))
-        return ref_fail(a, "kernel_size, stride and divisor_override must be positive");
+        return flk_fail(a, "kernel_size, stride and divisor_override must be positive");
     if (g->PH < 0 || g->PW < 0 || g->PH > g->KH / 2 || g->PW > g->KW / 2)
-        return ref_fail(a, "pad should be non-negative and at most half of the kernel size");
+        return flk_fail(a, "pad should be non-negative and at most half of the kernel size");
     g->H = x->sizes[x->ndim - 2];
     g->W = x->sizes[x->ndim - 1];
-    g->planes = g->H > 0 && g->W > 0 ? ref_numel(x) / (g->H * g->W) : 0;
+    g->planes = g->H > 0 && g->W > 0 ? flk_numel(x) / (g->H * g->W) : 0;
     g->OH = ref_pool_out_size(g->H, g->KH, g->PH, g->SH, 1, ceil_mode);
     g->OW = ref_pool_out_size(g->W, g->KW, g->PW, g->SW, 1, ceil_mode);
     return FL_SUCCESS;
@@ -83,12 +85,12 @@ static void avg_planes(const avg_geom *g, const double *src, double *dst, int ba
     }
 }
 
-static fl_status avg_run(const ref_args *a, const avg_geom *g, const fl_tensor *src,
+static fl_status avg_run(const flk_args *a, const avg_geom *g, const fl_tensor *src,
                          const fl_tensor *dst, int backward) {
     const int64_t nout = g->planes * (backward ? g->H * g->W : g->OH * g->OW);
-    if (ref_numel(dst) != nout)
-        return ref_fail(a, "output has %lld elements, the pooling gives %lld",
-                        (long long)ref_numel(dst), (long long)nout);
+    if (flk_numel(dst) != nout)
+        return flk_fail(a, "output has %lld elements, the pooling gives %lld",
+                        (long long)flk_numel(dst), (long long)nout);
     void *buf[2] = {0};
     fl_status st = ref_pack(a, src, FL_FLOAT64, &buf[0]);
     if (st == FL_SUCCESS) st = ref_alloc_f64(a, nout, (double **)&buf[1]);
@@ -103,29 +105,31 @@ static fl_status avg_run(const ref_args *a, const avg_geom *g, const fl_tensor *
 
 /* avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
  *            divisor_override?) */
-REF_KERNEL(ref_k_avg_pool2d) {
-    ref_args a;
+FLK_KERNEL_FN(k_avg_pool2d) {
+    flk_args a;
     const fl_tensor *x, *y;
     avg_geom g;
-    REF_TRY(ref_args_init(&a, "avg_pool2d", args, nargs, 8, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &x));
-    REF_TRY(ref_get_tensor(&a, 7, "out", &y));
-    REF_TRY(parse_avg(&a, x, 1, &g));
+    FLK_TRY(flk_args_init(&a, "avg_pool2d", args, nargs, 8, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &x));
+    FLK_TRY(flk_get_tensor(&a, 7, "out", &y));
+    FLK_TRY(parse_avg(&a, x, 1, &g));
     return avg_run(&a, &g, x, y, 0);
 }
+FLK_REGISTER("avg_pool2d", FLK_FLOAT_TYPES, k_avg_pool2d);
 
 /* avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
  *                     count_include_pad, divisor_override?) */
-REF_KERNEL(ref_k_avg_pool2d_backward) {
-    ref_args a;
+FLK_KERNEL_FN(k_avg_pool2d_backward) {
+    flk_args a;
     const fl_tensor *gy, *x, *gx;
     avg_geom g;
-    REF_TRY(ref_args_init(&a, "avg_pool2d_backward", args, nargs, 9, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "grad_output", &gy));
-    REF_TRY(ref_get_tensor(&a, 1, "self", &x));
-    REF_TRY(ref_get_tensor(&a, 8, "grad_input", &gx));
-    REF_TRY(parse_avg(&a, x, 2, &g));
-    if (ref_numel(gy) != g.planes * g.OH * g.OW)
-        return ref_fail(&a, "grad_output does not match the pooling's output shape");
+    FLK_TRY(flk_args_init(&a, "avg_pool2d_backward", args, nargs, 9, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "grad_output", &gy));
+    FLK_TRY(flk_get_tensor(&a, 1, "self", &x));
+    FLK_TRY(flk_get_tensor(&a, 8, "grad_input", &gx));
+    FLK_TRY(parse_avg(&a, x, 2, &g));
+    if (flk_numel(gy) != g.planes * g.OH * g.OW)
+        return flk_fail(&a, "grad_output does not match the pooling's output shape");
     return avg_run(&a, &g, gy, gx, 1);
 }
+FLK_REGISTER("avg_pool2d_backward", FLK_FLOAT_TYPES, k_avg_pool2d_backward);

@@ -1,5 +1,5 @@
 /*
- * kernels_norm.c -- native_layer_norm, native_group_norm, native_batch_norm
+ * norm.c -- native_layer_norm, native_group_norm, native_batch_norm
  * and their backwards, for every float dtype.
  *
  * All three are one computation on packed float64 rows: R rows of D
@@ -11,7 +11,8 @@
  */
 #include <math.h>
 
-#include "kernel_util.h"
+#include "fl_kernel.h"
+#include "util/pack.h"
 
 /* which affine channel an element of a row uses */
 typedef struct norm_map {
@@ -133,16 +134,16 @@ static void rstd_from_var(double *v, int64_t n, double eps) {
         v[i] = 1.0 / sqrt(v[i] + eps);
 }
 
-static fl_status check_float(const ref_args *a, const fl_tensor *t, const char *name) {
-    return t ? ref_check_dtype(a, t, name, REF_FLOAT_TYPES) : FL_SUCCESS;
+static fl_status check_float(const flk_args *a, const fl_tensor *t, const char *name) {
+    return t ? flk_check_dtype(a, t, name, FLK_FLOAT_TYPES) : FL_SUCCESS;
 }
 
 /* ---- layer norm --------------------------------------------------------------- */
 
-static fl_status layer_norm_dims(const ref_args *a, const fl_tensor *x, uint32_t nnorm,
+static fl_status layer_norm_dims(const flk_args *a, const fl_tensor *x, uint32_t nnorm,
                                  int64_t *R, int64_t *D) {
     if ((int32_t)nnorm > x->ndim)
-        return ref_fail(a, "normalized_shape has %u dims, input only %d", nnorm, (int)x->ndim);
+        return flk_fail(a, "normalized_shape has %u dims, input only %d", nnorm, (int)x->ndim);
     *R = 1;
     *D = 1;
     for (int32_t d = 0; d < x->ndim; ++d)
@@ -151,7 +152,7 @@ static fl_status layer_norm_dims(const ref_args *a, const fl_tensor *x, uint32_t
 }
 
 /* y, mean, rstd of R rows of D from x (and the affine w, b by m) */
-static fl_status norm_forward(const ref_args *a, const fl_tensor *x, const fl_tensor *w,
+static fl_status norm_forward(const flk_args *a, const fl_tensor *x, const fl_tensor *w,
                               const fl_tensor *b, int64_t R, int64_t D, const norm_map *m,
                               double eps, const fl_tensor *y, const fl_tensor *mo,
                               const fl_tensor *ro) {
@@ -176,27 +177,28 @@ static fl_status norm_forward(const ref_args *a, const fl_tensor *x, const fl_te
 }
 
 /* native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd) */
-REF_KERNEL(ref_k_native_layer_norm) {
-    ref_args a;
+FLK_KERNEL_FN(k_native_layer_norm) {
+    flk_args a;
     const fl_tensor *x, *w, *b, *y, *mo, *ro;
     const int64_t *ns;
     uint32_t nn;
     double eps;
-    REF_TRY(ref_args_init(&a, "native_layer_norm", args, nargs, 8, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "input", &x));
-    REF_TRY(ref_get_int_list(&a, 1, "normalized_shape", &ns, &nn));
-    REF_TRY(ref_get_opt_tensor(&a, 2, "weight", &w));
-    REF_TRY(ref_get_opt_tensor(&a, 3, "bias", &b));
-    REF_TRY(ref_get_double(&a, 4, "eps", &eps));
-    REF_TRY(ref_get_tensor(&a, 5, "out", &y));
-    REF_TRY(ref_get_tensor(&a, 6, "mean", &mo));
-    REF_TRY(ref_get_tensor(&a, 7, "rstd", &ro));
-    REF_TRY(check_float(&a, x, "input"));
+    FLK_TRY(flk_args_init(&a, "native_layer_norm", args, nargs, 8, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "input", &x));
+    FLK_TRY(flk_get_int_list(&a, 1, "normalized_shape", &ns, &nn));
+    FLK_TRY(flk_get_opt_tensor(&a, 2, "weight", &w));
+    FLK_TRY(flk_get_opt_tensor(&a, 3, "bias", &b));
+    FLK_TRY(flk_get_double(&a, 4, "eps", &eps));
+    FLK_TRY(flk_get_tensor(&a, 5, "out", &y));
+    FLK_TRY(flk_get_tensor(&a, 6, "mean", &mo));
+    FLK_TRY(flk_get_tensor(&a, 7, "rstd", &ro));
+    FLK_TRY(check_float(&a, x, "input"));
     int64_t R = 1, D = 1;
-    REF_TRY(layer_norm_dims(&a, x, nn, &R, &D));
+    FLK_TRY(layer_norm_dims(&a, x, nn, &R, &D));
     const norm_map m = {1, 0, 1};
     return norm_forward(&a, x, w, b, R, D, &m, eps, y, mo, ro);
 }
+FLK_REGISTER("native_layer_norm", FLK_FLOAT_TYPES, k_native_layer_norm);
 
 /* Shared tail of the backwards: allocate wanted grads, run, unpack, free. */
 typedef struct norm_bw_job {
@@ -222,7 +224,7 @@ static void transpose_nch(const double *src, double *dst, int64_t n, int64_t c, 
             }
 }
 
-static fl_status run_norm_backward(const ref_args *a, const norm_bw_job *j) {
+static fl_status run_norm_backward(const flk_args *a, const norm_bw_job *j) {
     void *buf[4] = {0};
     fl_status st = FL_SUCCESS;
     if (j->gx) st = ref_alloc_f64(a, j->R * j->D, (double **)&buf[0]);
@@ -253,7 +255,7 @@ static fl_status run_norm_backward(const ref_args *a, const norm_bw_job *j) {
 }
 
 /* run_norm_backward on packed dy, x, mean, rstd, w (row-major: layer / group norm) */
-static fl_status packed_backward(const ref_args *a, const fl_tensor *dy, const fl_tensor *x,
+static fl_status packed_backward(const flk_args *a, const fl_tensor *dy, const fl_tensor *x,
                                  const fl_tensor *mt, const fl_tensor *rt, const fl_tensor *w,
                                  norm_bw_job *j) {
     void *buf[5] = {0};
@@ -272,28 +274,29 @@ static fl_status packed_backward(const ref_args *a, const fl_tensor *dy, const f
 
 /* native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?,
  *                            bias?, output_mask) -> (grad_input?, grad_weight?, grad_bias?) */
-REF_KERNEL(ref_k_native_layer_norm_backward) {
-    ref_args a;
+FLK_KERNEL_FN(k_native_layer_norm_backward) {
+    flk_args a;
     const fl_tensor *dy, *x, *mt, *rt, *w, *b, *gx, *gw, *gb;
     const int64_t *ns;
     uint32_t nn;
-    REF_TRY(ref_args_init(&a, "native_layer_norm_backward", args, nargs, 11, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "grad_out", &dy));
-    REF_TRY(ref_get_tensor(&a, 1, "input", &x));
-    REF_TRY(ref_get_int_list(&a, 2, "normalized_shape", &ns, &nn));
-    REF_TRY(ref_get_tensor(&a, 3, "mean", &mt));
-    REF_TRY(ref_get_tensor(&a, 4, "rstd", &rt));
-    REF_TRY(ref_get_opt_tensor(&a, 5, "weight", &w));
-    REF_TRY(ref_get_opt_tensor(&a, 6, "bias", &b));
-    REF_TRY(ref_get_opt_tensor(&a, 8, "grad_input", &gx));
-    REF_TRY(ref_get_opt_tensor(&a, 9, "grad_weight", &gw));
-    REF_TRY(ref_get_opt_tensor(&a, 10, "grad_bias", &gb));
-    REF_TRY(check_float(&a, x, "input"));
+    FLK_TRY(flk_args_init(&a, "native_layer_norm_backward", args, nargs, 11, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "grad_out", &dy));
+    FLK_TRY(flk_get_tensor(&a, 1, "input", &x));
+    FLK_TRY(flk_get_int_list(&a, 2, "normalized_shape", &ns, &nn));
+    FLK_TRY(flk_get_tensor(&a, 3, "mean", &mt));
+    FLK_TRY(flk_get_tensor(&a, 4, "rstd", &rt));
+    FLK_TRY(flk_get_opt_tensor(&a, 5, "weight", &w));
+    FLK_TRY(flk_get_opt_tensor(&a, 6, "bias", &b));
+    FLK_TRY(flk_get_opt_tensor(&a, 8, "grad_input", &gx));
+    FLK_TRY(flk_get_opt_tensor(&a, 9, "grad_weight", &gw));
+    FLK_TRY(flk_get_opt_tensor(&a, 10, "grad_bias", &gb));
+    FLK_TRY(check_float(&a, x, "input"));
     norm_bw_job j = {.map = {1, 0, 1}, .gx = gx, .gw = gw, .gb = gb};
-    REF_TRY(layer_norm_dims(&a, x, nn, &j.R, &j.D));
+    FLK_TRY(layer_norm_dims(&a, x, nn, &j.R, &j.D));
     j.channels = j.D;
     return packed_backward(&a, dy, x, mt, rt, w, &j);
 }
+FLK_REGISTER("native_layer_norm_backward", FLK_FLOAT_TYPES, k_native_layer_norm_backward);
 
 /* ---- group norm ------------------------------------------------------------------ */
 
@@ -301,18 +304,18 @@ typedef struct gn_shape {
     int64_t n, c, hw, groups;
 } gn_shape;
 
-static fl_status gn_read_shape(const ref_args *a, uint32_t first, const fl_tensor *x,
+static fl_status gn_read_shape(const flk_args *a, uint32_t first, const fl_tensor *x,
                                gn_shape *s) {
-    REF_TRY(ref_get_int(a, first, "N", &s->n));
-    REF_TRY(ref_get_int(a, first + 1, "C", &s->c));
-    REF_TRY(ref_get_int(a, first + 2, "HxW", &s->hw));
-    REF_TRY(ref_get_int(a, first + 3, "group", &s->groups));
+    FLK_TRY(flk_get_int(a, first, "N", &s->n));
+    FLK_TRY(flk_get_int(a, first + 1, "C", &s->c));
+    FLK_TRY(flk_get_int(a, first + 2, "HxW", &s->hw));
+    FLK_TRY(flk_get_int(a, first + 3, "group", &s->groups));
     if (s->groups <= 0 || s->c % s->groups != 0)
-        return ref_fail(a, "C=%lld is not divisible by group=%lld", (long long)s->c,
+        return flk_fail(a, "C=%lld is not divisible by group=%lld", (long long)s->c,
                         (long long)s->groups);
-    if (s->n * s->c * s->hw != ref_numel(x))
-        return ref_fail(a, "N*C*HxW=%lld does not match the input's %lld elements",
-                        (long long)(s->n * s->c * s->hw), (long long)ref_numel(x));
+    if (s->n * s->c * s->hw != flk_numel(x))
+        return flk_fail(a, "N*C*HxW=%lld does not match the input's %lld elements",
+                        (long long)(s->n * s->c * s->hw), (long long)flk_numel(x));
     return FL_SUCCESS;
 }
 
@@ -321,55 +324,57 @@ static norm_map gn_map(const gn_shape *s) {
 }
 
 /* native_group_norm(input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean, rstd) */
-REF_KERNEL(ref_k_native_group_norm) {
-    ref_args a;
+FLK_KERNEL_FN(k_native_group_norm) {
+    flk_args a;
     const fl_tensor *x, *w, *b, *y, *mo, *ro;
     gn_shape s;
     double eps;
-    REF_TRY(ref_args_init(&a, "native_group_norm", args, nargs, 11, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "input", &x));
-    REF_TRY(ref_get_opt_tensor(&a, 1, "weight", &w));
-    REF_TRY(ref_get_opt_tensor(&a, 2, "bias", &b));
-    REF_TRY(gn_read_shape(&a, 3, x, &s));
-    REF_TRY(ref_get_double(&a, 7, "eps", &eps));
-    REF_TRY(ref_get_tensor(&a, 8, "out", &y));
-    REF_TRY(ref_get_tensor(&a, 9, "mean", &mo));
-    REF_TRY(ref_get_tensor(&a, 10, "rstd", &ro));
-    REF_TRY(check_float(&a, x, "input"));
+    FLK_TRY(flk_args_init(&a, "native_group_norm", args, nargs, 11, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "input", &x));
+    FLK_TRY(flk_get_opt_tensor(&a, 1, "weight", &w));
+    FLK_TRY(flk_get_opt_tensor(&a, 2, "bias", &b));
+    FLK_TRY(gn_read_shape(&a, 3, x, &s));
+    FLK_TRY(flk_get_double(&a, 7, "eps", &eps));
+    FLK_TRY(flk_get_tensor(&a, 8, "out", &y));
+    FLK_TRY(flk_get_tensor(&a, 9, "mean", &mo));
+    FLK_TRY(flk_get_tensor(&a, 10, "rstd", &ro));
+    FLK_TRY(check_float(&a, x, "input"));
     const int64_t R = s.n * s.groups, D = s.groups ? (s.c / s.groups) * s.hw : 0;
     const norm_map m = gn_map(&s);
     return norm_forward(&a, x, w, b, R, D, &m, eps, y, mo, ro);
 }
+FLK_REGISTER("native_group_norm", FLK_FLOAT_TYPES, k_native_group_norm);
 
 /* native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW, group,
  *                            output_mask) -> (grad_input?, grad_weight?, grad_bias?) */
-REF_KERNEL(ref_k_native_group_norm_backward) {
-    ref_args a;
+FLK_KERNEL_FN(k_native_group_norm_backward) {
+    flk_args a;
     const fl_tensor *dy, *x, *mt, *rt, *w, *gx, *gw, *gb;
     gn_shape s;
-    REF_TRY(ref_args_init(&a, "native_group_norm_backward", args, nargs, 13, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "grad_out", &dy));
-    REF_TRY(ref_get_tensor(&a, 1, "input", &x));
-    REF_TRY(ref_get_tensor(&a, 2, "mean", &mt));
-    REF_TRY(ref_get_tensor(&a, 3, "rstd", &rt));
-    REF_TRY(ref_get_opt_tensor(&a, 4, "weight", &w));
-    REF_TRY(gn_read_shape(&a, 5, x, &s));
-    REF_TRY(ref_get_opt_tensor(&a, 10, "grad_input", &gx));
-    REF_TRY(ref_get_opt_tensor(&a, 11, "grad_weight", &gw));
-    REF_TRY(ref_get_opt_tensor(&a, 12, "grad_bias", &gb));
-    REF_TRY(check_float(&a, x, "input"));
+    FLK_TRY(flk_args_init(&a, "native_group_norm_backward", args, nargs, 13, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "grad_out", &dy));
+    FLK_TRY(flk_get_tensor(&a, 1, "input", &x));
+    FLK_TRY(flk_get_tensor(&a, 2, "mean", &mt));
+    FLK_TRY(flk_get_tensor(&a, 3, "rstd", &rt));
+    FLK_TRY(flk_get_opt_tensor(&a, 4, "weight", &w));
+    FLK_TRY(gn_read_shape(&a, 5, x, &s));
+    FLK_TRY(flk_get_opt_tensor(&a, 10, "grad_input", &gx));
+    FLK_TRY(flk_get_opt_tensor(&a, 11, "grad_weight", &gw));
+    FLK_TRY(flk_get_opt_tensor(&a, 12, "grad_bias", &gb));
+    FLK_TRY(check_float(&a, x, "input"));
     norm_bw_job j = {.R = s.n * s.groups, .D = (s.c / s.groups) * s.hw, .channels = s.c,
                      .map = gn_map(&s), .gx = gx, .gw = gw, .gb = gb};
     return packed_backward(&a, dy, x, mt, rt, w, &j);
 }
+FLK_REGISTER("native_group_norm_backward", FLK_FLOAT_TYPES, k_native_group_norm_backward);
 
 /* ---- batch norm -------------------------------------------------------------------- */
 
 /* input [N, C, *]: n, c, hw */
-static fl_status bn_shape(const ref_args *a, const fl_tensor *x, int64_t *n, int64_t *c,
+static fl_status bn_shape(const flk_args *a, const fl_tensor *x, int64_t *n, int64_t *c,
                           int64_t *hw) {
     if (x->ndim < 2)
-        return ref_fail(a, "input must have at least 2 dims (N, C, ...), got %d", (int)x->ndim);
+        return flk_fail(a, "input must have at least 2 dims (N, C, ...), got %d", (int)x->ndim);
     *n = x->sizes[0];
     *c = x->sizes[1];
     *hw = 1;
@@ -379,19 +384,19 @@ static fl_status bn_shape(const ref_args *a, const fl_tensor *x, int64_t *n, int
 }
 
 /* packed input as C rows of N*HW */
-static fl_status bn_pack_rows(const ref_args *a, const fl_tensor *t, int64_t n, int64_t c,
+static fl_status bn_pack_rows(const flk_args *a, const fl_tensor *t, int64_t n, int64_t c,
                               int64_t hw, double **rows) {
     void *packed;
-    REF_TRY(ref_pack(a, t, FL_FLOAT64, &packed));
+    FLK_TRY(ref_pack(a, t, FL_FLOAT64, &packed));
     fl_status st = ref_alloc_f64(a, n * c * hw, rows);
     if (st == FL_SUCCESS)
         transpose_nch(packed, *rows, n, c, hw, 1);
-    ref_free(packed);
+    flk_free(packed);
     return st;
 }
 
 /* running = (1 - momentum) * running + momentum * batch (var: unbiased) */
-static fl_status bn_update_running(const ref_args *a, const fl_tensor *rm, const fl_tensor *rv,
+static fl_status bn_update_running(const flk_args *a, const fl_tensor *rm, const fl_tensor *rv,
                                    const double *mean, const double *var, int64_t c,
                                    int64_t count, double momentum) {
     void *buf[2] = {0};
@@ -414,47 +419,47 @@ static fl_status bn_update_running(const ref_args *a, const fl_tensor *rm, const
 }
 
 /* mean and rstd per channel: from the batch (training) or the running stats */
-static fl_status bn_stats(const ref_args *a, const double *rows, int64_t c, int64_t d,
+static fl_status bn_stats(const flk_args *a, const double *rows, int64_t c, int64_t d,
                           int training, const fl_tensor *rm, const fl_tensor *rv, double eps,
                           double momentum, double *mean, double *rstd) {
     if (training) {
         row_moments(rows, c, d, mean, rstd);
-        REF_TRY(bn_update_running(a, rm, rv, mean, rstd, c, d, momentum));
+        FLK_TRY(bn_update_running(a, rm, rv, mean, rstd, c, d, momentum));
         rstd_from_var(rstd, c, eps);
         return FL_SUCCESS;
     }
     if (!rm || !rv)
-        return ref_fail(a, "running_mean and running_var are required in eval mode");
-    ref_convert(mean, FL_FLOAT64, 8, ref_tensor_data(rm), rm->dtype,
-                rm->strides[0] * (int64_t)ref_dtype_size(rm->dtype), c);
-    ref_convert(rstd, FL_FLOAT64, 8, ref_tensor_data(rv), rv->dtype,
-                rv->strides[0] * (int64_t)ref_dtype_size(rv->dtype), c);
+        return flk_fail(a, "running_mean and running_var are required in eval mode");
+    flk_convert(mean, FL_FLOAT64, 8, flk_data(rm), rm->dtype,
+                rm->strides[0] * (int64_t)flk_dtype_size(rm->dtype), c);
+    flk_convert(rstd, FL_FLOAT64, 8, flk_data(rv), rv->dtype,
+                rv->strides[0] * (int64_t)flk_dtype_size(rv->dtype), c);
     rstd_from_var(rstd, c, eps);
     return FL_SUCCESS;
 }
 
 /* native_batch_norm(input, weight?, bias?, running_mean?, running_var?, training,
  *                   momentum, eps) -> (out, save_mean, save_invstd) */
-REF_KERNEL(ref_k_native_batch_norm) {
-    ref_args a;
+FLK_KERNEL_FN(k_native_batch_norm) {
+    flk_args a;
     const fl_tensor *x, *w, *b, *rm, *rv, *y, *sm, *si;
     int training;
     double momentum, eps;
     int64_t n, c, hw;
-    REF_TRY(ref_args_init(&a, "native_batch_norm", args, nargs, 11, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "input", &x));
-    REF_TRY(ref_get_opt_tensor(&a, 1, "weight", &w));
-    REF_TRY(ref_get_opt_tensor(&a, 2, "bias", &b));
-    REF_TRY(ref_get_opt_tensor(&a, 3, "running_mean", &rm));
-    REF_TRY(ref_get_opt_tensor(&a, 4, "running_var", &rv));
-    REF_TRY(ref_get_bool(&a, 5, "training", &training));
-    REF_TRY(ref_get_double(&a, 6, "momentum", &momentum));
-    REF_TRY(ref_get_double(&a, 7, "eps", &eps));
-    REF_TRY(ref_get_tensor(&a, 8, "out", &y));
-    REF_TRY(ref_get_tensor(&a, 9, "save_mean", &sm));
-    REF_TRY(ref_get_tensor(&a, 10, "save_invstd", &si));
-    REF_TRY(check_float(&a, x, "input"));
-    REF_TRY(bn_shape(&a, x, &n, &c, &hw));
+    FLK_TRY(flk_args_init(&a, "native_batch_norm", args, nargs, 11, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "input", &x));
+    FLK_TRY(flk_get_opt_tensor(&a, 1, "weight", &w));
+    FLK_TRY(flk_get_opt_tensor(&a, 2, "bias", &b));
+    FLK_TRY(flk_get_opt_tensor(&a, 3, "running_mean", &rm));
+    FLK_TRY(flk_get_opt_tensor(&a, 4, "running_var", &rv));
+    FLK_TRY(flk_get_bool(&a, 5, "training", &training));
+    FLK_TRY(flk_get_double(&a, 6, "momentum", &momentum));
+    FLK_TRY(flk_get_double(&a, 7, "eps", &eps));
+    FLK_TRY(flk_get_tensor(&a, 8, "out", &y));
+    FLK_TRY(flk_get_tensor(&a, 9, "save_mean", &sm));
+    FLK_TRY(flk_get_tensor(&a, 10, "save_invstd", &si));
+    FLK_TRY(check_float(&a, x, "input"));
+    FLK_TRY(bn_shape(&a, x, &n, &c, &hw));
     void *buf[6] = {0};
     fl_status st = bn_pack_rows(&a, x, n, c, hw, (double **)&buf[0]);
     if (st == FL_SUCCESS) st = ref_pack(&a, w, FL_FLOAT64, &buf[1]);
@@ -470,7 +475,7 @@ REF_KERNEL(ref_k_native_batch_norm) {
         rows_normalise(buf[0], c, n * hw, buf[3], buf[4], buf[1], buf[2], &m, rows_out);
         transpose_nch(rows_out, nch, n, c, hw, 0);
         ref_unpack(y, FL_FLOAT64, nch);
-        if (training && ref_numel(sm) == c && ref_numel(si) == c) {
+        if (training && flk_numel(sm) == c && flk_numel(si) == c) {
             ref_unpack(sm, FL_FLOAT64, buf[3]);
             ref_unpack(si, FL_FLOAT64, buf[4]);
         }
@@ -478,33 +483,34 @@ REF_KERNEL(ref_k_native_batch_norm) {
     ref_free_all(buf, 6);
     return st;
 }
+FLK_REGISTER("native_batch_norm", FLK_FLOAT_TYPES, k_native_batch_norm);
 
 /* native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?,
  *     save_mean?, save_invstd?, train, eps, output_mask) -> (grad_input?, grad_weight?,
  *     grad_bias?) */
-REF_KERNEL(ref_k_native_batch_norm_backward) {
-    ref_args a;
+FLK_KERNEL_FN(k_native_batch_norm_backward) {
+    flk_args a;
     const fl_tensor *dy, *x, *w, *rm, *rv, *sm, *si, *gx, *gw, *gb;
     int train;
     double eps;
     int64_t n, c, hw;
-    REF_TRY(ref_args_init(&a, "native_batch_norm_backward", args, nargs, 13, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "grad_out", &dy));
-    REF_TRY(ref_get_tensor(&a, 1, "input", &x));
-    REF_TRY(ref_get_opt_tensor(&a, 2, "weight", &w));
-    REF_TRY(ref_get_opt_tensor(&a, 3, "running_mean", &rm));
-    REF_TRY(ref_get_opt_tensor(&a, 4, "running_var", &rv));
-    REF_TRY(ref_get_opt_tensor(&a, 5, "save_mean", &sm));
-    REF_TRY(ref_get_opt_tensor(&a, 6, "save_invstd", &si));
-    REF_TRY(ref_get_bool(&a, 7, "train", &train));
-    REF_TRY(ref_get_double(&a, 8, "eps", &eps));
-    REF_TRY(ref_get_opt_tensor(&a, 10, "grad_input", &gx));
-    REF_TRY(ref_get_opt_tensor(&a, 11, "grad_weight", &gw));
-    REF_TRY(ref_get_opt_tensor(&a, 12, "grad_bias", &gb));
-    REF_TRY(check_float(&a, x, "input"));
-    REF_TRY(bn_shape(&a, x, &n, &c, &hw));
+    FLK_TRY(flk_args_init(&a, "native_batch_norm_backward", args, nargs, 13, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "grad_out", &dy));
+    FLK_TRY(flk_get_tensor(&a, 1, "input", &x));
+    FLK_TRY(flk_get_opt_tensor(&a, 2, "weight", &w));
+    FLK_TRY(flk_get_opt_tensor(&a, 3, "running_mean", &rm));
+    FLK_TRY(flk_get_opt_tensor(&a, 4, "running_var", &rv));
+    FLK_TRY(flk_get_opt_tensor(&a, 5, "save_mean", &sm));
+    FLK_TRY(flk_get_opt_tensor(&a, 6, "save_invstd", &si));
+    FLK_TRY(flk_get_bool(&a, 7, "train", &train));
+    FLK_TRY(flk_get_double(&a, 8, "eps", &eps));
+    FLK_TRY(flk_get_opt_tensor(&a, 10, "grad_input", &gx));
+    FLK_TRY(flk_get_opt_tensor(&a, 11, "grad_weight", &gw));
+    FLK_TRY(flk_get_opt_tensor(&a, 12, "grad_bias", &gb));
+    FLK_TRY(check_float(&a, x, "input"));
+    FLK_TRY(bn_shape(&a, x, &n, &c, &hw));
     if (train && (!sm || !si))
-        return ref_fail(&a, "save_mean and save_invstd are required when train is true");
+        return flk_fail(&a, "save_mean and save_invstd are required when train is true");
     norm_bw_job j = {.R = c, .D = n * hw, .channels = c, .map = {c > 0 ? c : 1, 1, 1},
                      .stats_are_inputs = !train, .gx = gx, .gw = gw, .gb = gb,
                      .transpose_c = 1, .n = n, .hw = hw};
@@ -523,8 +529,8 @@ REF_KERNEL(ref_k_native_batch_norm_backward) {
             memcpy(buf[2], mp, (size_t)c * sizeof(double));
             memcpy(buf[3], ip, (size_t)c * sizeof(double));
         }
-        ref_free(mp);
-        ref_free(ip);
+        flk_free(mp);
+        flk_free(ip);
     } else if (st == FL_SUCCESS) {
         st = bn_stats(&a, buf[1], c, n * hw, 0, rm, rv, eps, 0.0, buf[2], buf[3]);
     }
@@ -535,3 +541,4 @@ REF_KERNEL(ref_k_native_batch_norm_backward) {
     ref_free_all(buf, 5);
     return st;
 }
+FLK_REGISTER("native_batch_norm_backward", FLK_FLOAT_TYPES, k_native_batch_norm_backward);

@@ -1,5 +1,5 @@
 /*
- * kernels_losses.c -- pointwise losses with a reduction and their
+ * losses.c -- pointwise losses with a reduction and their
  * backwards: mse_loss, binary_cross_entropy (optional weight; logs clamped
  * at -100 as PyTorch does), smooth_l1_loss (beta; beta = 0 is L1).
  *
@@ -9,7 +9,8 @@
  */
 #include <math.h>
 
-#include "kernel_util.h"
+#include "fl_kernel.h"
+#include "util/pack.h"
 
 enum { RED_NONE = 0, RED_MEAN = 1, RED_SUM = 2 };
 
@@ -57,14 +58,14 @@ typedef struct loss_job {
     loss_fn f;
 } loss_job;
 
-static fl_status check_operands(const ref_args *a, const loss_job *j) {
-    REF_TRY(ref_check_dtype(a, j->x, "self", REF_FLOAT_TYPES));
-    if (!ref_same_sizes(j->x, j->t))
-        return ref_fail(a, "target must have the input's shape (broadcast it first)");
-    if (j->w && !ref_same_sizes(j->x, j->w))
-        return ref_fail(a, "weight must have the input's shape (broadcast it first)");
+static fl_status check_operands(const flk_args *a, const loss_job *j) {
+    FLK_TRY(flk_check_dtype(a, j->x, "self", FLK_FLOAT_TYPES));
+    if (!flk_same_sizes(j->x, j->t))
+        return flk_fail(a, "target must have the input's shape (broadcast it first)");
+    if (j->w && !flk_same_sizes(j->x, j->w))
+        return flk_fail(a, "weight must have the input's shape (broadcast it first)");
     if (j->reduction < RED_NONE || j->reduction > RED_SUM)
-        return ref_fail(a, "reduction must be 0 (none), 1 (mean) or 2 (sum), got %lld",
+        return flk_fail(a, "reduction must be 0 (none), 1 (mean) or 2 (sum), got %lld",
                         (long long)j->reduction);
     return FL_SUCCESS;
 }
@@ -72,9 +73,9 @@ static fl_status check_operands(const ref_args *a, const loss_job *j) {
 /* forward (j->g NULL): loss per element, then the reduction.  backward: the
  * derivative times grad_output (elementwise for none, the scalar otherwise,
  * divided by n for mean) */
-static fl_status run_loss(const ref_args *a, const loss_job *j) {
-    REF_TRY(check_operands(a, j));
-    const int64_t n = ref_numel(j->x);
+static fl_status run_loss(const flk_args *a, const loss_job *j) {
+    FLK_TRY(check_operands(a, j));
+    const int64_t n = flk_numel(j->x);
     void *buf[5] = {0};
     fl_status st = ref_pack(a, j->x, FL_FLOAT64, &buf[0]);
     if (st == FL_SUCCESS) st = ref_pack(a, j->t, FL_FLOAT64, &buf[1]);
@@ -101,93 +102,101 @@ static fl_status run_loss(const ref_args *a, const loss_job *j) {
 }
 
 /* mse_loss(self, target, reduction) */
-REF_KERNEL(ref_k_mse_loss) {
-    ref_args a;
+FLK_KERNEL_FN(k_mse_loss) {
+    flk_args a;
     loss_job j = {.f = mse};
-    REF_TRY(ref_args_init(&a, "mse_loss", args, nargs, 4, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &j.x));
-    REF_TRY(ref_get_tensor(&a, 1, "target", &j.t));
-    REF_TRY(ref_get_int(&a, 2, "reduction", &j.reduction));
-    REF_TRY(ref_get_tensor(&a, 3, "out", &j.out));
+    FLK_TRY(flk_args_init(&a, "mse_loss", args, nargs, 4, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &j.x));
+    FLK_TRY(flk_get_tensor(&a, 1, "target", &j.t));
+    FLK_TRY(flk_get_int(&a, 2, "reduction", &j.reduction));
+    FLK_TRY(flk_get_tensor(&a, 3, "out", &j.out));
     return run_loss(&a, &j);
 }
+FLK_REGISTER("mse_loss", FLK_FLOAT_TYPES, k_mse_loss);
 
 /* mse_loss_backward(grad_output, self, target, reduction) */
-REF_KERNEL(ref_k_mse_loss_backward) {
-    ref_args a;
+FLK_KERNEL_FN(k_mse_loss_backward) {
+    flk_args a;
     loss_job j = {.f = mse_grad};
-    REF_TRY(ref_args_init(&a, "mse_loss_backward", args, nargs, 5, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "grad_output", &j.g));
-    REF_TRY(ref_get_tensor(&a, 1, "self", &j.x));
-    REF_TRY(ref_get_tensor(&a, 2, "target", &j.t));
-    REF_TRY(ref_get_int(&a, 3, "reduction", &j.reduction));
-    REF_TRY(ref_get_tensor(&a, 4, "grad_input", &j.out));
+    FLK_TRY(flk_args_init(&a, "mse_loss_backward", args, nargs, 5, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "grad_output", &j.g));
+    FLK_TRY(flk_get_tensor(&a, 1, "self", &j.x));
+    FLK_TRY(flk_get_tensor(&a, 2, "target", &j.t));
+    FLK_TRY(flk_get_int(&a, 3, "reduction", &j.reduction));
+    FLK_TRY(flk_get_tensor(&a, 4, "grad_input", &j.out));
     return run_loss(&a, &j);
 }
+FLK_REGISTER("mse_loss_backward", FLK_FLOAT_TYPES, k_mse_loss_backward);
 
 /* binary_cross_entropy(self, target, weight?, reduction) */
-REF_KERNEL(ref_k_binary_cross_entropy) {
-    ref_args a;
+FLK_KERNEL_FN(k_binary_cross_entropy) {
+    flk_args a;
     loss_job j = {.f = bce};
-    REF_TRY(ref_args_init(&a, "binary_cross_entropy", args, nargs, 5, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &j.x));
-    REF_TRY(ref_get_tensor(&a, 1, "target", &j.t));
-    REF_TRY(ref_get_opt_tensor(&a, 2, "weight", &j.w));
-    REF_TRY(ref_get_int(&a, 3, "reduction", &j.reduction));
-    REF_TRY(ref_get_tensor(&a, 4, "out", &j.out));
+    FLK_TRY(flk_args_init(&a, "binary_cross_entropy", args, nargs, 5, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &j.x));
+    FLK_TRY(flk_get_tensor(&a, 1, "target", &j.t));
+    FLK_TRY(flk_get_opt_tensor(&a, 2, "weight", &j.w));
+    FLK_TRY(flk_get_int(&a, 3, "reduction", &j.reduction));
+    FLK_TRY(flk_get_tensor(&a, 4, "out", &j.out));
     return run_loss(&a, &j);
 }
+FLK_REGISTER("binary_cross_entropy", FLK_FLOAT_TYPES, k_binary_cross_entropy);
 
 /* binary_cross_entropy_backward(grad_output, self, target, weight?, reduction) */
-REF_KERNEL(ref_k_binary_cross_entropy_backward) {
-    ref_args a;
+FLK_KERNEL_FN(k_binary_cross_entropy_backward) {
+    flk_args a;
     loss_job j = {.f = bce_grad};
-    REF_TRY(ref_args_init(&a, "binary_cross_entropy_backward", args, nargs, 6, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "grad_output", &j.g));
-    REF_TRY(ref_get_tensor(&a, 1, "self", &j.x));
-    REF_TRY(ref_get_tensor(&a, 2, "target", &j.t));
-    REF_TRY(ref_get_opt_tensor(&a, 3, "weight", &j.w));
-    REF_TRY(ref_get_int(&a, 4, "reduction", &j.reduction));
-    REF_TRY(ref_get_tensor(&a, 5, "grad_input", &j.out));
+    FLK_TRY(flk_args_init(&a, "binary_cross_entropy_backward", args, nargs, 6, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "grad_output", &j.g));
+    FLK_TRY(flk_get_tensor(&a, 1, "self", &j.x));
+    FLK_TRY(flk_get_tensor(&a, 2, "target", &j.t));
+    FLK_TRY(flk_get_opt_tensor(&a, 3, "weight", &j.w));
+    FLK_TRY(flk_get_int(&a, 4, "reduction", &j.reduction));
+    FLK_TRY(flk_get_tensor(&a, 5, "grad_input", &j.out));
     return run_loss(&a, &j);
 }
+FLK_REGISTER("binary_cross_entropy_backward", FLK_FLOAT_TYPES, k_binary_cross_entropy_backward);
 
 /* smooth_l1_loss / huber_loss (self, target, reduction, beta | delta) */
 static fl_status beta_loss(const char *op, const fl_arg *args, uint32_t nargs,
-                           ref_kernel_ctx *ctx, loss_fn f) {
-    ref_args a;
+                           flk_ctx *ctx, loss_fn f) {
+    flk_args a;
     loss_job j = {.f = f};
-    REF_TRY(ref_args_init(&a, op, args, nargs, 5, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &j.x));
-    REF_TRY(ref_get_tensor(&a, 1, "target", &j.t));
-    REF_TRY(ref_get_int(&a, 2, "reduction", &j.reduction));
-    REF_TRY(ref_get_double(&a, 3, "beta", &j.beta));
-    REF_TRY(ref_get_tensor(&a, 4, "out", &j.out));
+    FLK_TRY(flk_args_init(&a, op, args, nargs, 5, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &j.x));
+    FLK_TRY(flk_get_tensor(&a, 1, "target", &j.t));
+    FLK_TRY(flk_get_int(&a, 2, "reduction", &j.reduction));
+    FLK_TRY(flk_get_double(&a, 3, "beta", &j.beta));
+    FLK_TRY(flk_get_tensor(&a, 4, "out", &j.out));
     if (j.beta < 0)
-        return ref_fail(&a, "beta / delta must be non-negative, got %g", j.beta);
+        return flk_fail(&a, "beta / delta must be non-negative, got %g", j.beta);
     return run_loss(&a, &j);
 }
-REF_KERNEL(ref_k_smooth_l1_loss) { return beta_loss("smooth_l1_loss", args, nargs, ctx, smooth_l1); }
-REF_KERNEL(ref_k_huber_loss) { return beta_loss("huber_loss", args, nargs, ctx, huber); }
+FLK_KERNEL_FN(k_smooth_l1_loss) { return beta_loss("smooth_l1_loss", args, nargs, ctx, smooth_l1); }
+FLK_REGISTER("smooth_l1_loss", FLK_FLOAT_TYPES, k_smooth_l1_loss);
+FLK_KERNEL_FN(k_huber_loss) { return beta_loss("huber_loss", args, nargs, ctx, huber); }
+FLK_REGISTER("huber_loss", FLK_FLOAT_TYPES, k_huber_loss);
 
 /* smooth_l1_loss_backward / huber_loss_backward (grad_output, self, target,
  * reduction, beta | delta) */
 static fl_status beta_loss_backward(const char *op, const fl_arg *args, uint32_t nargs,
-                                    ref_kernel_ctx *ctx, loss_fn f) {
-    ref_args a;
+                                    flk_ctx *ctx, loss_fn f) {
+    flk_args a;
     loss_job j = {.f = f};
-    REF_TRY(ref_args_init(&a, op, args, nargs, 6, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "grad_output", &j.g));
-    REF_TRY(ref_get_tensor(&a, 1, "self", &j.x));
-    REF_TRY(ref_get_tensor(&a, 2, "target", &j.t));
-    REF_TRY(ref_get_int(&a, 3, "reduction", &j.reduction));
-    REF_TRY(ref_get_double(&a, 4, "beta", &j.beta));
-    REF_TRY(ref_get_tensor(&a, 5, "grad_input", &j.out));
+    FLK_TRY(flk_args_init(&a, op, args, nargs, 6, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "grad_output", &j.g));
+    FLK_TRY(flk_get_tensor(&a, 1, "self", &j.x));
+    FLK_TRY(flk_get_tensor(&a, 2, "target", &j.t));
+    FLK_TRY(flk_get_int(&a, 3, "reduction", &j.reduction));
+    FLK_TRY(flk_get_double(&a, 4, "beta", &j.beta));
+    FLK_TRY(flk_get_tensor(&a, 5, "grad_input", &j.out));
     return run_loss(&a, &j);
 }
-REF_KERNEL(ref_k_smooth_l1_loss_backward) {
+FLK_KERNEL_FN(k_smooth_l1_loss_backward) {
     return beta_loss_backward("smooth_l1_loss_backward", args, nargs, ctx, smooth_l1_grad);
 }
-REF_KERNEL(ref_k_huber_loss_backward) {
+FLK_REGISTER("smooth_l1_loss_backward", FLK_FLOAT_TYPES, k_smooth_l1_loss_backward);
+FLK_KERNEL_FN(k_huber_loss_backward) {
     return beta_loss_backward("huber_loss_backward", args, nargs, ctx, huber_grad);
 }
+FLK_REGISTER("huber_loss_backward", FLK_FLOAT_TYPES, k_huber_loss_backward);

@@ -1,9 +1,9 @@
 /*
- * kernels_copy.c -- copy_ (any dtype to any dtype, broadcasting, arbitrary
+ * copy.c -- copy_ (any dtype to any dtype, broadcasting, arbitrary
  * strides on both sides, overlapping src/dst handled through a temporary),
  * fill_.Scalar and zero_ for every dtype.
  */
-#include "kernel_util.h"
+#include "fl_kernel.h"
 
 typedef struct copy_ctx {
     int32_t ddt, sdt;
@@ -11,7 +11,7 @@ typedef struct copy_ctx {
 
 static void copy_row(char **p, const int64_t *st, int64_t n, void *vc) {
     const copy_ctx *c = (const copy_ctx *)vc;
-    ref_convert(p[0], c->ddt, st[0], p[1], c->sdt, st[1], n);
+    flk_convert(p[0], c->ddt, st[0], p[1], c->sdt, st[1], n);
 }
 
 /*
@@ -32,12 +32,12 @@ static void copy_row(char **p, const int64_t *st, int64_t n, void *vc) {
                 D[i * dti + j] = S[i + j * sj];                                    \
     } while (0)
 static int copy_tiled(int ndim, const int64_t *sizes, char *const *ptrs,
-                      int64_t strides[][REF_MAX_DIMS], const copy_ctx *c) {
-    int64_t sz[REF_MAX_DIMS], st[2][REF_MAX_DIMS];
-    int nd = ref_simplify_dims(ndim, sizes, 2, strides, 0, sz, st);
+                      int64_t strides[][FLK_MAX_DIMS], const copy_ctx *c) {
+    int64_t sz[FLK_MAX_DIMS], st[2][FLK_MAX_DIMS];
+    int nd = flk_simplify_dims(ndim, sizes, 2, strides, 0, sz, st);
     if (nd < 2)
         return 0;
-    const int64_t des = (int64_t)ref_dtype_size(c->ddt), ses = (int64_t)ref_dtype_size(c->sdt);
+    const int64_t des = (int64_t)flk_dtype_size(c->ddt), ses = (int64_t)flk_dtype_size(c->sdt);
     const int in = nd - 1;
     if (st[0][in] != des || st[1][in] == ses || sz[in] < TILE)
         return 0;
@@ -50,7 +50,7 @@ static int copy_tiled(int ndim, const int64_t *sizes, char *const *ptrs,
     if (t < 0)
         return 0;
     /* iterate every dim but t and in; tile (t, in) */
-    int64_t idx[REF_MAX_DIMS] = {0};
+    int64_t idx[FLK_MAX_DIMS] = {0};
     for (;;) {
         char *d0 = ptrs[0], *s0 = ptrs[1];
         for (int d = 0; d < nd; ++d) {
@@ -64,12 +64,12 @@ static int copy_tiled(int ndim, const int64_t *sizes, char *const *ptrs,
                 char *dt_ = d0 + i0 * st[0][t] + j0 * st[0][in];
                 const char *st_ = s0 + i0 * st[1][t] + j0 * st[1][in];
                 if (c->ddt == c->sdt && des == 4)
-                    TILE_LOOP(ref_i32);
+                    TILE_LOOP(flk_i32);
                 else if (c->ddt == c->sdt && des == 8)
-                    TILE_LOOP(ref_i64);
+                    TILE_LOOP(flk_i64);
                 else
                     for (int64_t i = 0; i < ni; ++i)
-                        ref_convert(dt_ + i * st[0][t], c->ddt, st[0][in], st_ + i * st[1][t],
+                        flk_convert(dt_ + i * st[0][t], c->ddt, st[0][in], st_ + i * st[1][t],
                                     c->sdt, st[1][in], nj);
             }
         }
@@ -108,7 +108,7 @@ static void fill_row(char **p, const int64_t *st, int64_t n, void *vc) {
             memset(d, v, (size_t)n);
         else
             for (int64_t i = 0; i < n; ++i)
-                *(ref_u8 *)(d + i * s) = v;
+                *(flk_u8 *)(d + i * s) = v;
         break;
     }
     case 2: {
@@ -116,10 +116,10 @@ static void fill_row(char **p, const int64_t *st, int64_t n, void *vc) {
         memcpy(&v, c->pattern, 2);
         if (s == 2)
             for (int64_t i = 0; i < n; ++i)
-                ((ref_u16 *)d)[i] = v;
+                ((flk_u16 *)d)[i] = v;
         else
             for (int64_t i = 0; i < n; ++i)
-                *(ref_u16 *)(d + i * s) = v;
+                *(flk_u16 *)(d + i * s) = v;
         break;
     }
     case 4: {
@@ -127,10 +127,10 @@ static void fill_row(char **p, const int64_t *st, int64_t n, void *vc) {
         memcpy(&v, c->pattern, 4);
         if (s == 4)
             for (int64_t i = 0; i < n; ++i)
-                ((ref_i32 *)d)[i] = v;
+                ((flk_i32 *)d)[i] = v;
         else
             for (int64_t i = 0; i < n; ++i)
-                *(ref_i32 *)(d + i * s) = v;
+                *(flk_i32 *)(d + i * s) = v;
         break;
     }
     default: {
@@ -138,77 +138,77 @@ static void fill_row(char **p, const int64_t *st, int64_t n, void *vc) {
         memcpy(&v, c->pattern, 8);
         if (s == 8)
             for (int64_t i = 0; i < n; ++i)
-                ((ref_i64 *)d)[i] = v;
+                ((flk_i64 *)d)[i] = v;
         else
             for (int64_t i = 0; i < n; ++i)
-                *(ref_i64 *)(d + i * s) = v;
+                *(flk_i64 *)(d + i * s) = v;
         break;
     }
     }
 }
 
-static void fill_tensor(const fl_tensor *t, const ref_scalar *value) {
+static void fill_tensor(const fl_tensor *t, const flk_scalar *value) {
     fill_ctx c;
     memset(&c, 0, sizeof c);
-    c.es = ref_dtype_size(t->dtype);
+    c.es = flk_dtype_size(t->dtype);
     if (value->kind == FL_ARG_FLOAT)
-        ref_store_f64(c.pattern, t->dtype, value->f);
+        flk_store_f64(c.pattern, t->dtype, value->f);
     else
-        ref_store_i64(c.pattern, t->dtype, value->i);
+        flk_store_i64(c.pattern, t->dtype, value->i);
     c.zero = 1;
     for (size_t i = 0; i < c.es; ++i)
         if (c.pattern[i])
             c.zero = 0;
-    int64_t strides[1][REF_MAX_DIMS];
+    int64_t strides[1][FLK_MAX_DIMS];
     for (int32_t d = 0; d < t->ndim; ++d)
         strides[0][d] = t->strides[d] * (int64_t)c.es;
-    char *p = (char *)ref_tensor_data(t);
-    ref_for_each_row(t->ndim, t->sizes, 1, &p, strides, 0, fill_row, &c);
+    char *p = (char *)flk_data(t);
+    flk_for_each_row(t->ndim, t->sizes, 1, &p, strides, 0, fill_row, &c);
 }
 
 /* copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> self */
-REF_KERNEL(ref_k_copy_) {
-    ref_args a;
+FLK_KERNEL_FN(k_copy_) {
+    flk_args a;
     const fl_tensor *self, *dst;
-    ref_operand src;
-    REF_TRY(ref_args_init(&a, "copy_", args, nargs, 4, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &self));
-    REF_TRY(ref_get_operand(&a, 1, "src", &src));
-    REF_TRY(ref_get_tensor(&a, 3, "out", &dst));
+    flk_operand src;
+    FLK_TRY(flk_args_init(&a, "copy_", args, nargs, 4, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &self));
+    FLK_TRY(flk_get_operand(&a, 1, "src", &src));
+    FLK_TRY(flk_get_tensor(&a, 3, "out", &dst));
     (void)self;
     if (!src.t) {
         fill_tensor(dst, &src.s);
         return FL_SUCCESS;
     }
-    if (ref_same_view(dst, src.t))
+    if (flk_same_view(dst, src.t))
         return FL_SUCCESS;
 
     int nd = dst->ndim;
-    int64_t strides[2][REF_MAX_DIMS];
-    int64_t des = (int64_t)ref_dtype_size(dst->dtype);
+    int64_t strides[2][FLK_MAX_DIMS];
+    int64_t des = (int64_t)flk_dtype_size(dst->dtype);
     for (int d = 0; d < nd; ++d) {
         strides[0][d] = dst->strides[d] * des;
         if (dst->sizes[d] > 1 && dst->strides[d] == 0)
-            return ref_fail(&a, "the destination has more than one element at the same memory "
+            return flk_fail(&a, "the destination has more than one element at the same memory "
                                 "location (stride 0 in dim %d)", d);
     }
-    REF_TRY(ref_broadcast_strides(&a, src.t, "src", nd, dst->sizes, strides[1]));
-    if (ref_numel(dst) == 0)
+    FLK_TRY(flk_broadcast_strides(&a, src.t, "src", nd, dst->sizes, strides[1]));
+    if (flk_numel(dst) == 0)
         return FL_SUCCESS;
 
     const fl_tensor *s = src.t;
     void *tmp = NULL;
     fl_tensor tmp_t;
-    int64_t tmp_strides[REF_MAX_DIMS];
-    if (ref_may_overlap(dst, s)) {
+    int64_t tmp_strides[FLK_MAX_DIMS];
+    if (flk_may_overlap(dst, s)) {
         /* materialise src contiguously first so that no element is read after
          * it has been overwritten */
-        int64_t n = ref_numel(s);
-        size_t ses = ref_dtype_size(s->dtype);
-        tmp = ref_alloc((size_t)n * ses);
+        int64_t n = flk_numel(s);
+        size_t ses = flk_dtype_size(s->dtype);
+        tmp = flk_alloc((size_t)n * ses);
         if (!tmp)
-            return ref_fail(&a, "out of host memory for a %lld-element temporary", (long long)n);
-        int64_t st[2][REF_MAX_DIMS];
+            return flk_fail(&a, "out of host memory for a %lld-element temporary", (long long)n);
+        int64_t st[2][FLK_MAX_DIMS];
         int64_t acc = 1;
         for (int d = s->ndim - 1; d >= 0; --d) {
             tmp_strides[d] = acc;
@@ -216,43 +216,46 @@ REF_KERNEL(ref_k_copy_) {
             st[1][d] = s->strides[d] * (int64_t)ses;
             acc *= s->sizes[d];
         }
-        char *pp[2] = {(char *)tmp, (char *)ref_tensor_data(s)};
+        char *pp[2] = {(char *)tmp, (char *)flk_data(s)};
         copy_ctx cc = {s->dtype, s->dtype};
-        ref_for_each_row(s->ndim, s->sizes, 2, pp, st, 1, copy_row, &cc);
+        flk_for_each_row(s->ndim, s->sizes, 2, pp, st, 1, copy_row, &cc);
         tmp_t = *s;
         tmp_t.base = (fl_devptr)(uintptr_t)tmp;
         tmp_t.byte_offset = 0;
         tmp_t.strides = tmp_strides;
         s = &tmp_t;
-        REF_TRY(ref_broadcast_strides(&a, s, "src", nd, dst->sizes, strides[1]));
+        FLK_TRY(flk_broadcast_strides(&a, s, "src", nd, dst->sizes, strides[1]));
     }
-    char *ptrs[2] = {(char *)ref_tensor_data(dst), (char *)ref_tensor_data(s)};
+    char *ptrs[2] = {(char *)flk_data(dst), (char *)flk_data(s)};
     copy_ctx c = {dst->dtype, s->dtype};
     if (!copy_tiled(nd, dst->sizes, ptrs, strides, &c))
-        ref_for_each_row(nd, dst->sizes, 2, ptrs, strides, 0, copy_row, &c);
-    ref_free(tmp);
+        flk_for_each_row(nd, dst->sizes, 2, ptrs, strides, 0, copy_row, &c);
+    flk_free(tmp);
     return FL_SUCCESS;
 }
+FLK_REGISTER("copy_", FLK_REAL_TYPES, k_copy_);
 
 /* fill_.Scalar(Tensor(a!) self, Scalar value) -> self */
-REF_KERNEL(ref_k_fill__scalar) {
-    ref_args a;
+FLK_KERNEL_FN(k_fill__scalar) {
+    flk_args a;
     const fl_tensor *out;
-    ref_scalar v;
-    REF_TRY(ref_args_init(&a, "fill_.Scalar", args, nargs, 3, ctx));
-    REF_TRY(ref_get_scalar(&a, 1, "value", &v));
-    REF_TRY(ref_get_tensor(&a, 2, "out", &out));
+    flk_scalar v;
+    FLK_TRY(flk_args_init(&a, "fill_.Scalar", args, nargs, 3, ctx));
+    FLK_TRY(flk_get_scalar(&a, 1, "value", &v));
+    FLK_TRY(flk_get_tensor(&a, 2, "out", &out));
     fill_tensor(out, &v);
     return FL_SUCCESS;
 }
+FLK_REGISTER("fill_.Scalar", FLK_REAL_TYPES, k_fill__scalar);
 
 /* zero_(Tensor(a!) self) -> self */
-REF_KERNEL(ref_k_zero_) {
-    ref_args a;
+FLK_KERNEL_FN(k_zero_) {
+    flk_args a;
     const fl_tensor *out;
-    REF_TRY(ref_args_init(&a, "zero_", args, nargs, 2, ctx));
-    REF_TRY(ref_get_tensor(&a, 1, "out", &out));
-    ref_scalar z = {FL_ARG_INT, 0.0, 0};
+    FLK_TRY(flk_args_init(&a, "zero_", args, nargs, 2, ctx));
+    FLK_TRY(flk_get_tensor(&a, 1, "out", &out));
+    flk_scalar z = {FL_ARG_INT, 0.0, 0};
     fill_tensor(out, &z);
     return FL_SUCCESS;
 }
+FLK_REGISTER("zero_", FLK_REAL_TYPES, k_zero_);

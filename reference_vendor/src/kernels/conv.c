@@ -1,5 +1,5 @@
 /*
- * kernels_conv.c -- convolution (1-d and 2-d, stride / padding / dilation /
+ * conv.c -- convolution (1-d and 2-d, stride / padding / dilation /
  * groups, optional bias) and convolution_backward (grad_input, grad_weight,
  * grad_bias per output_mask), float32 and float64, on im2col + BLAS gemm.
  *
@@ -15,12 +15,14 @@
  * The forward of 1x1 / stride 1 / unpadded convolutions reads the input planes
  * directly (no im2col).
  * Transposed and 3-d convolutions (and mixed dtypes) are not computed: the
- * launch-time checks (ref_accept_convolution*) decline them so the runtime
+ * launch-time checks (accept_convolution*) decline them so the runtime
  * runs them elsewhere instead of failing on the stream.
  */
 #include <stdlib.h>
 
-#include "kernel_util.h"
+#include "fl_kernel.h"
+#include "util/blas.h"
+#include "util/half.h"
 
 typedef struct geom {
     int64_t N, C, H, W, O, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW, G, Cg, Og, K, OHW;
@@ -29,13 +31,13 @@ typedef struct geom {
     size_t es;
 } geom;
 
-static fl_status get_pair(const ref_args *a, uint32_t i, const char *name, int nsp,
+static fl_status get_pair(const flk_args *a, uint32_t i, const char *name, int nsp,
                           int64_t *v0, int64_t *v1) {
     const int64_t *v;
     uint32_t n;
-    REF_TRY(ref_get_int_list(a, i, name, &v, &n));
+    FLK_TRY(flk_get_int_list(a, i, name, &v, &n));
     if (n == 0 || (n != 1 && n != (uint32_t)nsp))
-        return ref_fail(a, "%s must have 1 or %d entries, got %u", name, nsp, n);
+        return flk_fail(a, "%s must have 1 or %d entries, got %u", name, nsp, n);
     if (nsp == 1) {
         *v0 = 1; /* placeholder for the virtual H dim; overwritten by callers */
         *v1 = v[0];
@@ -48,32 +50,32 @@ static fl_status get_pair(const ref_args *a, uint32_t i, const char *name, int n
 
 /* args: stride, padding, dilation at si, si+1, si+2; transposed at si+3,
  * groups at si+5.  yt is the output (forward) or grad_output (backward). */
-static fl_status parse_geom(const ref_args *a, const fl_tensor *x, const fl_tensor *w,
+static fl_status parse_geom(const flk_args *a, const fl_tensor *x, const fl_tensor *w,
                             const fl_tensor *yt, uint32_t si, geom *g) {
     if (x->dtype != FL_FLOAT32 && x->dtype != FL_FLOAT64)
-        return ref_fail(a, "dtype %s is not supported (float32, float64)",
-                        ref_dtype_name(x->dtype));
+        return flk_fail(a, "dtype %s is not supported (float32, float64)",
+                        flk_dtype_name(x->dtype));
     if (w->dtype != x->dtype || yt->dtype != x->dtype)
-        return ref_fail(a, "input, weight and output must have the same dtype (%s, %s, %s)",
-                        ref_dtype_name(x->dtype), ref_dtype_name(w->dtype),
-                        ref_dtype_name(yt->dtype));
+        return flk_fail(a, "input, weight and output must have the same dtype (%s, %s, %s)",
+                        flk_dtype_name(x->dtype), flk_dtype_name(w->dtype),
+                        flk_dtype_name(yt->dtype));
     if (x->ndim != 3 && x->ndim != 4)
-        return ref_fail(a, "only 1-d and 2-d convolution are supported (input has %d dims)",
+        return flk_fail(a, "only 1-d and 2-d convolution are supported (input has %d dims)",
                         (int)x->ndim);
     if (w->ndim != x->ndim || yt->ndim != x->ndim)
-        return ref_fail(a, "input, weight and output must have the same number of dims");
+        return flk_fail(a, "input, weight and output must have the same number of dims");
     int nsp = x->ndim - 2;
     int transposed;
     int64_t groups;
-    REF_TRY(ref_get_bool(a, si + 3, "transposed", &transposed));
-    REF_TRY(ref_get_int(a, si + 5, "groups", &groups));
+    FLK_TRY(flk_get_bool(a, si + 3, "transposed", &transposed));
+    FLK_TRY(flk_get_int(a, si + 5, "groups", &groups));
     if (transposed)
-        return ref_fail(a, "transposed convolution is not supported by the reference chip");
+        return flk_fail(a, "transposed convolution is not supported by the reference chip");
     memset(g, 0, sizeof *g);
-    REF_TRY(get_pair(a, si, "stride", nsp, &g->SH, &g->SW));
-    REF_TRY(get_pair(a, si + 1, "padding", nsp, &g->PH, &g->PW));
-    REF_TRY(get_pair(a, si + 2, "dilation", nsp, &g->DH, &g->DW));
-    g->es = ref_dtype_size(x->dtype);
+    FLK_TRY(get_pair(a, si, "stride", nsp, &g->SH, &g->SW));
+    FLK_TRY(get_pair(a, si + 1, "padding", nsp, &g->PH, &g->PW));
+    FLK_TRY(get_pair(a, si + 2, "dilation", nsp, &g->DH, &g->DW));
+    g->es = flk_dtype_size(x->dtype);
     g->N = x->sizes[0];
     g->C = x->sizes[1];
     g->O = w->sizes[0];
@@ -105,15 +107,15 @@ static fl_status parse_geom(const ref_args *a, const fl_tensor *x, const fl_tens
         g->os[3] = yt->strides[2];
     }
     if (g->SH <= 0 || g->SW <= 0)
-        return ref_fail(a, "stride must be positive");
+        return flk_fail(a, "stride must be positive");
     if (g->DH <= 0 || g->DW <= 0)
-        return ref_fail(a, "dilation must be positive");
+        return flk_fail(a, "dilation must be positive");
     if (g->PH < 0 || g->PW < 0)
-        return ref_fail(a, "padding must be non-negative");
+        return flk_fail(a, "padding must be non-negative");
     if (groups <= 0)
-        return ref_fail(a, "groups must be positive, got %lld", (long long)groups);
+        return flk_fail(a, "groups must be positive, got %lld", (long long)groups);
     if (g->C % groups != 0 || g->O % groups != 0 || w->sizes[1] * groups != g->C)
-        return ref_fail(a, "groups=%lld does not fit input channels %lld, weight [%lld, %lld, ...]",
+        return flk_fail(a, "groups=%lld does not fit input channels %lld, weight [%lld, %lld, ...]",
                         (long long)groups, (long long)g->C, (long long)w->sizes[0],
                         (long long)w->sizes[1]);
     g->Cg = g->C / groups;
@@ -122,17 +124,16 @@ static fl_status parse_geom(const ref_args *a, const fl_tensor *x, const fl_tens
     g->OW = (g->W + 2 * g->PW - g->DW * (g->KW - 1) - 1) / g->SW + 1;
     if (g->H + 2 * g->PH - g->DH * (g->KH - 1) - 1 < 0 ||
         g->W + 2 * g->PW - g->DW * (g->KW - 1) - 1 < 0 || g->OH <= 0 || g->OW <= 0)
-        return ref_fail(a, "kernel size can't be greater than the padded input size");
+        return flk_fail(a, "kernel size can't be greater than the padded input size");
     int64_t yoh = nsp == 2 ? yt->sizes[2] : 1, yow = yt->sizes[nsp == 2 ? 3 : 2];
     if (yt->sizes[0] != g->N || yt->sizes[1] != g->O || yoh != g->OH || yow != g->OW)
-        return ref_fail(a, "output shape does not match the convolution (expected [%lld, %lld, "
+        return flk_fail(a, "output shape does not match the convolution (expected [%lld, %lld, "
                            "%lld, %lld])", (long long)g->N, (long long)g->O, (long long)g->OH,
                         (long long)g->OW);
     g->K = g->Cg * g->KH * g->KW;
     g->OHW = g->OH * g->OW;
     return FL_SUCCESS;
 }
-
 
 /* samples per chunk: the per-sample buffers of a chunk (per_sample_rows
  * rows of OH*OW elements each) stay within a few MiB (cache friendly); the
@@ -152,29 +153,29 @@ static int64_t chunk_samples(const geom *g, int64_t per_sample_rows) {
 
 static inline void copy_run(char *d, const char *s, int64_t n, int64_t sstride_b, size_t es) {
     if (es == 4) {
-        ref_f32 *dp = (ref_f32 *)d;
+        flk_f32 *dp = (flk_f32 *)d;
         if (sstride_b == 4) {
-            const ref_f32 *sp = (const ref_f32 *)s;
+            const flk_f32 *sp = (const flk_f32 *)s;
             for (int64_t i = 0; i < n; ++i)
                 dp[i] = sp[i];
         } else {
             for (int64_t i = 0; i < n; ++i)
-                dp[i] = *(const ref_f32 *)(s + i * sstride_b);
+                dp[i] = *(const flk_f32 *)(s + i * sstride_b);
         }
     } else {
-        ref_f64 *dp = (ref_f64 *)d;
+        flk_f64 *dp = (flk_f64 *)d;
         for (int64_t i = 0; i < n; ++i)
-            dp[i] = *(const ref_f64 *)(s + i * sstride_b);
+            dp[i] = *(const flk_f64 *)(s + i * sstride_b);
     }
 }
 
 static inline void zero_run(char *d, int64_t n, size_t es) {
     if (es == 4)
         for (int64_t i = 0; i < n; ++i)
-            ((ref_f32 *)d)[i] = 0.0f;
+            ((flk_f32 *)d)[i] = 0.0f;
     else
         for (int64_t i = 0; i < n; ++i)
-            ((ref_f64 *)d)[i] = 0.0;
+            ((flk_f64 *)d)[i] = 0.0;
 }
 
 /*
@@ -281,11 +282,11 @@ static void im2col(const geom *g, const char *x, int64_t n, int64_t grp, char *c
                         for (int64_t ow = 0; ow < g->OW; ++ow) {
                             int64_t iw = ow * g->SW + off;
                             if (es == 4)
-                                ((ref_f32 *)d)[ow] = (iw < 0 || iw >= g->W) ? 0.0f
-                                                     : *(const ref_f32 *)(s + iw * sw_b);
+                                ((flk_f32 *)d)[ow] = (iw < 0 || iw >= g->W) ? 0.0f
+                                                     : *(const flk_f32 *)(s + iw * sw_b);
                             else
-                                ((ref_f64 *)d)[ow] = (iw < 0 || iw >= g->W) ? 0.0
-                                                     : *(const ref_f64 *)(s + iw * sw_b);
+                                ((flk_f64 *)d)[ow] = (iw < 0 || iw >= g->W) ? 0.0
+                                                     : *(const flk_f64 *)(s + iw * sw_b);
                         }
                     }
                 }
@@ -310,12 +311,12 @@ static void col2im_add(const geom *g, char *gi, const int64_t *gs, int64_t n, in
                     zero_padding(g, &sh, row, 0);
                     int64_t m = sh.q1 - sh.q0;
                     if (es == 4) {
-                        ref_f32 *d = (ref_f32 *)dst + sh.q0 + sh.delta;
+                        flk_f32 *d = (flk_f32 *)dst + sh.q0 + sh.delta;
                         const float *sp = (const float *)(const void *)row + sh.q0;
                         for (int64_t k = 0; k < m; ++k)
                             d[k] += sp[k];
                     } else {
-                        ref_f64 *d = (ref_f64 *)dst + sh.q0 + sh.delta;
+                        flk_f64 *d = (flk_f64 *)dst + sh.q0 + sh.delta;
                         const double *sp = (const double *)(const void *)row + sh.q0;
                         for (int64_t k = 0; k < m; ++k)
                             d[k] += sp[k];
@@ -341,12 +342,12 @@ static void col2im_add(const geom *g, char *gi, const int64_t *gs, int64_t n, in
                     const char *s = row + (size_t)(oh * g->OW) * es;
                     if (g->SW == 1 && gs[3] == 1) {
                         if (es == 4) {
-                            ref_f32 *dp = (ref_f32 *)d + off;
+                            flk_f32 *dp = (flk_f32 *)d + off;
                             const float *sp = (const float *)(const void *)s;
                             for (int64_t ow = lo; ow < hi; ++ow)
                                 dp[ow] += sp[ow];
                         } else {
-                            ref_f64 *dp = (ref_f64 *)d + off;
+                            flk_f64 *dp = (flk_f64 *)d + off;
                             const double *sp = (const double *)(const void *)s;
                             for (int64_t ow = lo; ow < hi; ++ow)
                                 dp[ow] += sp[ow];
@@ -358,9 +359,9 @@ static void col2im_add(const geom *g, char *gi, const int64_t *gs, int64_t n, in
                                 continue;
                             char *de = d + iw * gs[3] * (int64_t)es;
                             if (es == 4)
-                                *(ref_f32 *)de += ((const float *)(const void *)s)[ow];
+                                *(flk_f32 *)de += ((const float *)(const void *)s)[ow];
                             else
-                                *(ref_f64 *)de += ((const double *)(const void *)s)[ow];
+                                *(flk_f64 *)de += ((const double *)(const void *)s)[ow];
                         }
                     }
                 }
@@ -404,10 +405,10 @@ static void scatter_y(const geom *g, char *y, int64_t n, int64_t grp, const char
                 char *d = dst + (oh * g->os[2] + ow * g->os[3]) * (int64_t)es;
                 size_t k = (size_t)(o * g->OHW + oh * g->OW + ow);
                 if (es == 4)
-                    *(ref_f32 *)d = ((const float *)(const void *)buf)[k] +
+                    *(flk_f32 *)d = ((const float *)(const void *)buf)[k] +
                                     (bias ? ((const float *)(const void *)bias)[oc] : 0.0f);
                 else
-                    *(ref_f64 *)d = ((const double *)(const void *)buf)[k] +
+                    *(flk_f64 *)d = ((const double *)(const void *)buf)[k] +
                                     (bias ? ((const double *)(const void *)bias)[oc] : 0.0);
             }
     }
@@ -416,12 +417,12 @@ static void scatter_y(const geom *g, char *y, int64_t n, int64_t grp, const char
 /* [O, ldw] contiguous matrix: weight rows (K elements) and, if b, the bias in
  * column K */
 static char *pack_weight(const fl_tensor *w, const fl_tensor *b, const geom *g, int64_t ldw) {
-    char *buf = (char *)ref_alloc((size_t)(g->O * ldw) * g->es);
+    char *buf = (char *)flk_alloc((size_t)(g->O * ldw) * g->es);
     if (!buf)
         return NULL;
-    const char *src = (const char *)ref_tensor_data(w);
-    int64_t idx[REF_MAX_DIMS] = {0};
-    int64_t total = ref_numel(w);
+    const char *src = (const char *)flk_data(w);
+    int64_t idx[FLK_MAX_DIMS] = {0};
+    int64_t total = flk_numel(w);
     for (int64_t e = 0; e < total; ++e) {
         int64_t so = 0;
         for (int d = 0; d < w->ndim; ++d)
@@ -437,7 +438,7 @@ static char *pack_weight(const fl_tensor *w, const fl_tensor *b, const geom *g, 
     if (b)
         for (int64_t o = 0; o < g->O; ++o)
             memcpy(buf + (size_t)(o * ldw + g->K) * g->es,
-                   (const char *)ref_tensor_data(b) + o * b->strides[0] * (int64_t)g->es, g->es);
+                   (const char *)flk_data(b) + o * b->strides[0] * (int64_t)g->es, g->es);
     return buf;
 }
 
@@ -445,46 +446,46 @@ static char *pack_weight(const fl_tensor *w, const fl_tensor *b, const geom *g, 
 static int64_t direct_cols_ld(const geom *g, const fl_tensor *x) {
     if (g->KH != 1 || g->KW != 1 || g->SH != 1 || g->SW != 1 || g->PH != 0 || g->PW != 0)
         return 0;
-    return plane_ld(g, g->is, g->H, g->W, g->Cg, ref_tensor_data(x));
+    return plane_ld(g, g->is, g->H, g->W, g->Cg, flk_data(x));
 }
 
-/* ---- launch-time checks (metadata only; see ref_kernel_def.accepts) ------------ */
+/* ---- launch-time checks (metadata only; see flk_kernel.accepts) ------------ */
 
 /* What parse_geom would refuse for any data: dims, transposed, dtype mix.
  * Float16/bfloat16 pass here: the *_any wrappers compute them in float32. */
-static fl_status conv_supported(const ref_args *a, const fl_tensor *x, const fl_tensor *w,
+static fl_status conv_supported(const flk_args *a, const fl_tensor *x, const fl_tensor *w,
                                 uint32_t si) {
     int transposed;
     if (x->ndim != 3 && x->ndim != 4)
-        return ref_decline(a, "%d-d convolution is not supported (1-d and 2-d only)",
+        return flk_decline(a, "%d-d convolution is not supported (1-d and 2-d only)",
                         (int)x->ndim - 2);
     if (w->ndim != x->ndim)
-        return ref_decline(a, "weight has %d dims, input %d", (int)w->ndim, (int)x->ndim);
+        return flk_decline(a, "weight has %d dims, input %d", (int)w->ndim, (int)x->ndim);
     if (w->dtype != x->dtype)
-        return ref_decline(a, "input and weight dtypes differ (%s, %s)", ref_dtype_name(x->dtype),
-                        ref_dtype_name(w->dtype));
-    REF_TRY(ref_get_bool(a, si + 3, "transposed", &transposed));
+        return flk_decline(a, "input and weight dtypes differ (%s, %s)", flk_dtype_name(x->dtype),
+                        flk_dtype_name(w->dtype));
+    FLK_TRY(flk_get_bool(a, si + 3, "transposed", &transposed));
     if (transposed)
-        return ref_decline(a, "transposed convolution is not supported");
+        return flk_decline(a, "transposed convolution is not supported");
     return FL_SUCCESS;
 }
 
 /* input at xi, weight at xi + 1, stride... at si (see parse_geom) */
 static fl_status accept_conv(const char *op, const fl_arg *args, uint32_t nargs,
-                             ref_kernel_ctx *ctx, uint32_t expected, uint32_t xi, uint32_t si) {
-    ref_args a;
+                             flk_ctx *ctx, uint32_t expected, uint32_t xi, uint32_t si) {
+    flk_args a;
     const fl_tensor *x, *w;
-    REF_TRY(ref_args_init(&a, op, args, nargs, expected, ctx));
-    REF_TRY(ref_get_tensor(&a, xi, "input", &x));
-    REF_TRY(ref_get_tensor(&a, xi + 1, "weight", &w));
+    FLK_TRY(flk_args_init(&a, op, args, nargs, expected, ctx));
+    FLK_TRY(flk_get_tensor(&a, xi, "input", &x));
+    FLK_TRY(flk_get_tensor(&a, xi + 1, "weight", &w));
     return conv_supported(&a, x, w, si);
 }
 
-REF_KERNEL(ref_accept_convolution) {
+FLK_KERNEL_FN(accept_convolution) {
     return accept_conv("convolution", args, nargs, ctx, 10, 0, 3);
 }
 
-REF_KERNEL(ref_accept_convolution_backward) {
+FLK_KERNEL_FN(accept_convolution_backward) {
     return accept_conv("convolution_backward", args, nargs, ctx, 14, 1, 4);
 }
 
@@ -492,19 +493,19 @@ REF_KERNEL(ref_accept_convolution_backward) {
 
 /* convolution(input, weight, bias?, stride, padding, dilation, transposed,
  *             output_padding, groups) */
-REF_KERNEL(ref_k_convolution) {
-    ref_args a;
+FLK_KERNEL_FN(k_convolution) {
+    flk_args a;
     const fl_tensor *x, *w, *b, *y;
     geom g;
-    REF_TRY(ref_args_init(&a, "convolution", args, nargs, 10, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "input", &x));
-    REF_TRY(ref_get_tensor(&a, 1, "weight", &w));
-    REF_TRY(ref_get_opt_tensor(&a, 2, "bias", &b));
-    REF_TRY(ref_get_tensor(&a, 9, "out", &y));
-    REF_TRY(parse_geom(&a, x, w, y, 3, &g));
+    FLK_TRY(flk_args_init(&a, "convolution", args, nargs, 10, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "input", &x));
+    FLK_TRY(flk_get_tensor(&a, 1, "weight", &w));
+    FLK_TRY(flk_get_opt_tensor(&a, 2, "bias", &b));
+    FLK_TRY(flk_get_tensor(&a, 9, "out", &y));
+    FLK_TRY(parse_geom(&a, x, w, y, 3, &g));
     if (b && (b->ndim != 1 || b->sizes[0] != g.O || b->dtype != x->dtype))
-        return ref_fail(&a, "bias must be a 1-d %s tensor of %lld elements",
-                        ref_dtype_name(x->dtype), (long long)g.O);
+        return flk_fail(&a, "bias must be a 1-d %s tensor of %lld elements",
+                        flk_dtype_name(x->dtype), (long long)g.O);
     if (g.N == 0 || g.O == 0)
         return FL_SUCCESS;
 
@@ -512,22 +513,22 @@ REF_KERNEL(ref_k_convolution) {
     const int64_t xld = direct_cols_ld(&g, x);
     const int fold_bias = b && !xld;          /* bias as an extra gemm column */
     const int64_t Kb = g.K + (fold_bias ? 1 : 0);
-    const int64_t yld = plane_ld(&g, g.os, g.OH, g.OW, g.Og, ref_tensor_data(y));
+    const int64_t yld = plane_ld(&g, g.os, g.OH, g.OW, g.Og, flk_data(y));
     const int64_t nb = chunk_samples(&g, Kb > g.Og ? Kb : g.Og);
     const int64_t cstride = Kb * g.OHW, ostride = g.Og * g.OHW; /* per sample slot */
     fl_status st = FL_SUCCESS;
     char *wmat = pack_weight(w, fold_bias ? b : NULL, &g, Kb);
-    char *cols = xld ? NULL : (char *)ref_alloc((size_t)(nb * cstride) * es);
-    char *obuf = yld ? NULL : (char *)ref_alloc((size_t)(nb * ostride) * es);
+    char *cols = xld ? NULL : (char *)flk_alloc((size_t)(nb * cstride) * es);
+    char *obuf = yld ? NULL : (char *)flk_alloc((size_t)(nb * ostride) * es);
     char *bias = NULL;
     if (b && !fold_bias) {
-        bias = (char *)ref_alloc((size_t)g.O * es);
+        bias = (char *)flk_alloc((size_t)g.O * es);
         if (bias)
-            ref_convert(bias, b->dtype, (int64_t)es, ref_tensor_data(b), b->dtype,
+            flk_convert(bias, b->dtype, (int64_t)es, flk_data(b), b->dtype,
                         b->strides[0] * (int64_t)es, g.O);
     }
     if (!wmat || (!xld && !cols) || (!yld && !obuf) || (b && !fold_bias && !bias)) {
-        st = ref_fail(&a, "out of host memory for convolution buffers");
+        st = flk_fail(&a, "out of host memory for convolution buffers");
         goto done;
     }
     if (fold_bias) /* the ones row of every sample slot */
@@ -539,8 +540,8 @@ REF_KERNEL(ref_k_convolution) {
                 else
                     ((double *)(void *)cols)[k] = 1.0;
             }
-    const char *xp = (const char *)ref_tensor_data(x);
-    char *yp = (char *)ref_tensor_data(y);
+    const char *xp = (const char *)flk_data(x);
+    char *yp = (char *)flk_data(y);
     for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
         const int64_t nc = g.N - n0 < nb ? g.N - n0 : nb;
         for (int64_t grp = 0; grp < g.G; ++grp) {
@@ -579,11 +580,11 @@ REF_KERNEL(ref_k_convolution) {
                         if (es == 4) {
                             const float bv = ((const float *)(const void *)bias)[grp * g.Og + o];
                             for (int64_t p = 0; p < g.OHW; ++p)
-                                ((ref_f32 *)r)[p] += bv;
+                                ((flk_f32 *)r)[p] += bv;
                         } else {
                             const double bv = ((const double *)(const void *)bias)[grp * g.Og + o];
                             for (int64_t p = 0; p < g.OHW; ++p)
-                                ((ref_f64 *)r)[p] += bv;
+                                ((flk_f64 *)r)[p] += bv;
                         }
                     }
                 }
@@ -591,10 +592,10 @@ REF_KERNEL(ref_k_convolution) {
         }
     }
 done:
-    ref_free(wmat);
-    ref_free(cols);
-    ref_free(obuf);
-    ref_free(bias);
+    flk_free(wmat);
+    flk_free(cols);
+    flk_free(obuf);
+    flk_free(bias);
     return st;
 }
 
@@ -603,7 +604,7 @@ done:
 static double sum_run(const char *p, int64_t n, int64_t stride_b, size_t es) {
     if (es == 4 && stride_b == 4) {
         /* 16 float lanes (vectorisable), folded into double per run */
-        const ref_f32 *x = (const ref_f32 *)p;
+        const flk_f32 *x = (const flk_f32 *)p;
         float acc[16] = {0};
         int64_t i = 0;
         for (; i + 16 <= n; i += 16)
@@ -618,42 +619,42 @@ static double sum_run(const char *p, int64_t n, int64_t stride_b, size_t es) {
     }
     double s = 0.0;
     for (int64_t i = 0; i < n; ++i)
-        s += es == 4 ? (double)*(const ref_f32 *)(p + i * stride_b) : *(const ref_f64 *)(p + i * stride_b);
+        s += es == 4 ? (double)*(const flk_f32 *)(p + i * stride_b) : *(const flk_f64 *)(p + i * stride_b);
     return s;
 }
 
 /* convolution_backward(grad_output, input, weight, bias_sizes?, stride, padding,
  *   dilation, transposed, output_padding, groups, output_mask)
  *   -> (grad_input, grad_weight, grad_bias) */
-REF_KERNEL(ref_k_convolution_backward) {
-    ref_args a;
+FLK_KERNEL_FN(k_convolution_backward) {
+    flk_args a;
     const fl_tensor *gy, *x, *w, *gx = NULL, *gw = NULL, *gb = NULL;
     const int64_t *mask;
     uint32_t nmask;
     geom g;
-    REF_TRY(ref_args_init(&a, "convolution_backward", args, nargs, 14, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "grad_output", &gy));
-    REF_TRY(ref_get_tensor(&a, 1, "input", &x));
-    REF_TRY(ref_get_tensor(&a, 2, "weight", &w));
-    REF_TRY(ref_get_bool_list(&a, 10, "output_mask", &mask, &nmask));
+    FLK_TRY(flk_args_init(&a, "convolution_backward", args, nargs, 14, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "grad_output", &gy));
+    FLK_TRY(flk_get_tensor(&a, 1, "input", &x));
+    FLK_TRY(flk_get_tensor(&a, 2, "weight", &w));
+    FLK_TRY(flk_get_bool_list(&a, 10, "output_mask", &mask, &nmask));
     if (nmask != 3)
-        return ref_fail(&a, "output_mask must have 3 entries, got %u", nmask);
+        return flk_fail(&a, "output_mask must have 3 entries, got %u", nmask);
     if (mask[0])
-        REF_TRY(ref_get_tensor(&a, 11, "grad_input", &gx));
+        FLK_TRY(flk_get_tensor(&a, 11, "grad_input", &gx));
     if (mask[1])
-        REF_TRY(ref_get_tensor(&a, 12, "grad_weight", &gw));
+        FLK_TRY(flk_get_tensor(&a, 12, "grad_weight", &gw));
     if (mask[2])
-        REF_TRY(ref_get_tensor(&a, 13, "grad_bias", &gb));
-    REF_TRY(parse_geom(&a, x, w, gy, 4, &g));
-    if (gx && (!ref_same_sizes(gx, x) || gx->dtype != x->dtype))
-        return ref_fail(&a, "grad_input must have the input's shape and dtype");
-    if (gw && (!ref_same_sizes(gw, w) || gw->dtype != x->dtype))
-        return ref_fail(&a, "grad_weight must have the weight's shape and dtype");
-    if (gb && (gb->ndim != 1 || gb->sizes[0] != g.O || !ref_is_floating(gb->dtype)))
-        return ref_fail(&a, "grad_bias must be a 1-d floating tensor of %lld elements",
+        FLK_TRY(flk_get_tensor(&a, 13, "grad_bias", &gb));
+    FLK_TRY(parse_geom(&a, x, w, gy, 4, &g));
+    if (gx && (!flk_same_sizes(gx, x) || gx->dtype != x->dtype))
+        return flk_fail(&a, "grad_input must have the input's shape and dtype");
+    if (gw && (!flk_same_sizes(gw, w) || gw->dtype != x->dtype))
+        return flk_fail(&a, "grad_weight must have the weight's shape and dtype");
+    if (gb && (gb->ndim != 1 || gb->sizes[0] != g.O || !flk_is_floating(gb->dtype)))
+        return flk_fail(&a, "grad_bias must be a 1-d floating tensor of %lld elements",
                         (long long)g.O);
     const size_t es = g.es;
-    const char *gyp = (const char *)ref_tensor_data(gy);
+    const char *gyp = (const char *)flk_data(gy);
 
     /* grad_bias = sum of grad_output over N, H, W */
     if (gb) {
@@ -668,8 +669,8 @@ REF_KERNEL(ref_k_convolution_backward) {
                     for (int64_t oh = 0; oh < g.OH; ++oh)
                         s += sum_run(p + oh * g.os[2] * (int64_t)es, g.OW, g.os[3] * (int64_t)es, es);
             }
-            ref_store_f64((char *)ref_tensor_data(gb) +
-                              o * gb->strides[0] * (int64_t)ref_dtype_size(gb->dtype),
+            flk_store_f64((char *)flk_data(gb) +
+                              o * gb->strides[0] * (int64_t)flk_dtype_size(gb->dtype),
                           gb->dtype, s);
         }
     }
@@ -687,7 +688,7 @@ REF_KERNEL(ref_k_convolution_backward) {
             gxs[3] = gx->strides[2];
         }
         /* zero grad_input */
-        char *p = (char *)ref_tensor_data(gx);
+        char *p = (char *)flk_data(gx);
         for (int64_t n = 0; n < g.N; ++n)
             for (int64_t c = 0; c < g.C; ++c) {
                 char *q = p + (n * gxs[0] + c * gxs[1]) * (int64_t)es;
@@ -712,31 +713,31 @@ REF_KERNEL(ref_k_convolution_backward) {
     if (gx && g.K > 0) {
         wmat = pack_weight(w, NULL, &g, g.K);
         if (!wmat) {
-            st = ref_fail(&a, "out of host memory for the weight");
+            st = flk_fail(&a, "out of host memory for the weight");
             goto done;
         }
     }
-    cols = (char *)ref_alloc((size_t)(nb * cstride) * es); /* im2col, then dcols */
-    ybuf = yld ? NULL : (char *)ref_alloc((size_t)(nb * ystride) * es);
-    part = gw ? (char *)ref_alloc((size_t)(nb * pstride) * es) : NULL;
+    cols = (char *)flk_alloc((size_t)(nb * cstride) * es); /* im2col, then dcols */
+    ybuf = yld ? NULL : (char *)flk_alloc((size_t)(nb * ystride) * es);
+    part = gw ? (char *)flk_alloc((size_t)(nb * pstride) * es) : NULL;
     if (!cols || (!yld && !ybuf) || (gw && !part)) {
-        st = ref_fail(&a, "out of host memory for convolution buffers");
+        st = flk_fail(&a, "out of host memory for convolution buffers");
         goto done;
     }
     if (gw) {
-        if (ref_is_contiguous(gw) && (uintptr_t)ref_tensor_data(gw) % es == 0) {
-            gwmat = (char *)ref_tensor_data(gw);
+        if (flk_is_contiguous(gw) && (uintptr_t)flk_data(gw) % es == 0) {
+            gwmat = (char *)flk_data(gw);
         } else {
-            gwown = (char *)ref_alloc((size_t)(g.O * g.K) * es);
+            gwown = (char *)flk_alloc((size_t)(g.O * g.K) * es);
             if (!gwown) {
-                st = ref_fail(&a, "out of host memory for grad_weight");
+                st = flk_fail(&a, "out of host memory for grad_weight");
                 goto done;
             }
             gwmat = gwown;
         }
         zero_run(gwmat, g.O * g.K, es);
     }
-    const char *xp = (const char *)ref_tensor_data(x);
+    const char *xp = (const char *)flk_data(x);
     for (int64_t n0 = 0; n0 < g.N && g.K > 0; n0 += nb) {
         const int64_t nc = g.N - n0 < nb ? g.N - n0 : nb;
         for (int64_t grp = 0; grp < g.G; ++grp) {
@@ -766,10 +767,10 @@ REF_KERNEL(ref_k_convolution_backward) {
                     const char *src = part + (size_t)(nl * pstride) * es;
                     if (es == 4)
                         for (int64_t e = 0; e < pstride; ++e)
-                            ((ref_f32 *)dst)[e] += ((const float *)(const void *)src)[e];
+                            ((flk_f32 *)dst)[e] += ((const float *)(const void *)src)[e];
                     else
                         for (int64_t e = 0; e < pstride; ++e)
-                            ((ref_f64 *)dst)[e] += ((const double *)(const void *)src)[e];
+                            ((flk_f64 *)dst)[e] += ((const double *)(const void *)src)[e];
                 }
             }
             if (gx) {
@@ -779,16 +780,16 @@ REF_KERNEL(ref_k_convolution_backward) {
                 if (st != FL_SUCCESS)
                     goto done;
                 for (int64_t nl = 0; nl < nc; ++nl)
-                    col2im_add(&g, (char *)ref_tensor_data(gx), gxs, n0 + nl, grp,
+                    col2im_add(&g, (char *)flk_data(gx), gxs, n0 + nl, grp,
                                cols + (size_t)(nl * cstride) * es);
             }
         }
     }
     if (gwown) {
         /* copy the contiguous [O, K] result into grad_weight's layout */
-        int64_t idx[REF_MAX_DIMS] = {0};
-        int64_t total = ref_numel(gw);
-        char *dst = (char *)ref_tensor_data(gw);
+        int64_t idx[FLK_MAX_DIMS] = {0};
+        int64_t total = flk_numel(gw);
+        char *dst = (char *)flk_data(gw);
         for (int64_t e = 0; e < total; ++e) {
             int64_t off = 0;
             for (int d = 0; d < gw->ndim; ++d)
@@ -802,10 +803,21 @@ REF_KERNEL(ref_k_convolution_backward) {
         }
     }
 done:
-    ref_free(wmat);
-    ref_free(gwown);
-    ref_free(cols);
-    ref_free(part);
-    ref_free(ybuf);
+    flk_free(wmat);
+    flk_free(gwown);
+    flk_free(cols);
+    flk_free(part);
+    flk_free(ybuf);
     return st;
 }
+
+/* ---- float16 / bfloat16 through float32 copies (util/half.h) ------------------- */
+
+/* The registered kernels: the float32/float64 kernels above for those dtypes, on
+ * float32 copies for float16 and bfloat16. */
+REF_VIA_F32(k_convolution_any, "convolution", k_convolution, 1, -1)
+FLK_REGISTER_ENTRY("convolution", FLK_FLOAT_TYPES, FL_VARIANT_PRECISE, k_convolution_any,
+                   accept_convolution);
+REF_VIA_F32(k_convolution_backward_any, "convolution_backward", k_convolution_backward, 3, -1)
+FLK_REGISTER_ENTRY("convolution_backward", FLK_FLOAT_TYPES, FL_VARIANT_PRECISE,
+                   k_convolution_backward_any, accept_convolution_backward);

@@ -1,12 +1,13 @@
 /*
- * kernels_loss.c -- _softmax / _log_softmax (any dim, any strides) and their
+ * softmax_nll.c -- _softmax / _log_softmax (any dim, any strides) and their
  * _backward_data, nll_loss_forward / nll_loss_backward (reduction none /
  * mean / sum, optional class weights, ignore_index).  float32 and float64;
  * sums accumulate in double.
  */
 #include <math.h>
 
-#include "kernel_util.h"
+#include "fl_kernel.h"
+#include "util/half.h"
 
 /* ---- softmax family ----------------------------------------------------------- */
 
@@ -76,15 +77,15 @@ typedef struct sm_ctx {
         }                                                                                 \
     }
 
-SM_ROW(sm_row_f32, float, ref_f32, ref_expf, ref_logf)
-SM_ROW(sm_row_f64, double, ref_f64, exp, log)
+SM_ROW(sm_row_f32, float, flk_f32, flk_expf, flk_logf)
+SM_ROW(sm_row_f64, double, flk_f64, exp, log)
 
 /* float32 rows contiguous along dim: 16 float lanes per pass (the loops
  * vectorise), lane sums of at most 64 terms folded into double per block */
 #define LANES 16
 #define LANE_BLOCK 1024
 
-static float lanes_max(const ref_f32 *x, int64_t L) { /* NaN if any NaN */
+static float lanes_max(const flk_f32 *x, int64_t L) { /* NaN if any NaN */
     float mx[LANES], nan[LANES];
     for (int l = 0; l < LANES; ++l) {
         mx[l] = -INFINITY;
@@ -136,30 +137,30 @@ static float lanes_max(const ref_f32 *x, int64_t L) { /* NaN if any NaN */
 
 static void sm_row_f32_contig(int mode, int64_t L, char *const *p) {
     if (mode == SM_SOFTMAX || mode == SM_LOG_SOFTMAX) {
-        const ref_f32 *x = (const ref_f32 *)p[1];
-        ref_f32 *y = (ref_f32 *)p[0];
+        const flk_f32 *x = (const flk_f32 *)p[1];
+        flk_f32 *y = (flk_f32 *)p[0];
         const float m = lanes_max(x, L);
-#define EXPM(j) ref_expf(x[j] - m)
+#define EXPM(j) flk_expf(x[j] - m)
         if (mode == SM_LOG_SOFTMAX) {
-            const float ls = ref_logf((float)LANES_SUM(L, EXPM));
+            const float ls = flk_logf((float)LANES_SUM(L, EXPM));
             for (int64_t i = 0; i < L; ++i)
                 y[i] = x[i] - m - ls;
         } else {
             for (int64_t i = 0; i < L; ++i)
-                y[i] = ref_expf(x[i] - m);
+                y[i] = flk_expf(x[i] - m);
 #define YI(j) y[j]
             const float inv = (float)(1.0 / LANES_SUM(L, YI));
             for (int64_t i = 0; i < L; ++i)
                 y[i] *= inv;
         }
     } else {
-        ref_f32 *gi = (ref_f32 *)p[0];
-        const ref_f32 *go = (const ref_f32 *)p[1], *out = (const ref_f32 *)p[2];
+        flk_f32 *gi = (flk_f32 *)p[0];
+        const flk_f32 *go = (const flk_f32 *)p[1], *out = (const flk_f32 *)p[2];
         if (mode == SM_LOG_SOFTMAX_BW) {
 #define GOI(j) go[j]
             const float s = (float)LANES_SUM(L, GOI);
             for (int64_t i = 0; i < L; ++i)
-                gi[i] = go[i] - ref_expf(out[i]) * s;
+                gi[i] = go[i] - flk_expf(out[i]) * s;
         } else {
 #define GOOUT(j) (go[j] * out[j])
             const float s = (float)LANES_SUM(L, GOOUT);
@@ -190,31 +191,31 @@ static void sm_rows(char **p, const int64_t *st, int64_t n, void *vc) {
 }
 
 /* ops[0] is written; all have the same shape; reduce along dim */
-static fl_status sm_run(const ref_args *a, int mode, int64_t dim, const fl_tensor *const *ops,
+static fl_status sm_run(const flk_args *a, int mode, int64_t dim, const fl_tensor *const *ops,
                         int nops) {
     const fl_tensor *t0 = ops[0];
     int32_t d;
     if (t0->dtype != FL_FLOAT32 && t0->dtype != FL_FLOAT64)
-        return ref_fail(a, "dtype %s is not supported (float32, float64)",
-                        ref_dtype_name(t0->dtype));
+        return flk_fail(a, "dtype %s is not supported (float32, float64)",
+                        flk_dtype_name(t0->dtype));
     for (int k = 1; k < nops; ++k) {
         if (ops[k]->dtype != t0->dtype)
-            return ref_fail(a, "all tensors must be %s, got %s", ref_dtype_name(t0->dtype),
-                            ref_dtype_name(ops[k]->dtype));
-        if (!ref_same_sizes(ops[k], t0))
-            return ref_fail(a, "all tensors must have the same shape");
+            return flk_fail(a, "all tensors must be %s, got %s", flk_dtype_name(t0->dtype),
+                            flk_dtype_name(ops[k]->dtype));
+        if (!flk_same_sizes(ops[k], t0))
+            return flk_fail(a, "all tensors must have the same shape");
     }
-    REF_TRY(ref_wrap_dim(a, dim, t0->ndim, &d));
-    if (ref_numel(t0) == 0)
+    FLK_TRY(flk_wrap_dim(a, dim, t0->ndim, &d));
+    if (flk_numel(t0) == 0)
         return FL_SUCCESS;
-    int64_t es = (int64_t)ref_dtype_size(t0->dtype);
+    int64_t es = (int64_t)flk_dtype_size(t0->dtype);
     sm_ctx c;
     memset(&c, 0, sizeof c);
     c.mode = mode;
     c.dt = t0->dtype;
     int nd = t0->ndim;
-    int64_t sizes[REF_MAX_DIMS];
-    int64_t strides[3][REF_MAX_DIMS];
+    int64_t sizes[FLK_MAX_DIMS];
+    int64_t strides[3][FLK_MAX_DIMS];
     char *ptrs[3] = {NULL, NULL, NULL};
     memset(strides, 0, sizeof strides);
     if (nd == 0) {
@@ -226,60 +227,60 @@ static fl_status sm_run(const ref_args *a, int mode, int64_t dim, const fl_tenso
     }
     for (int k = 0; k < 3; ++k) {
         const fl_tensor *t = ops[k < nops ? k : 0];
-        ptrs[k] = (char *)ref_tensor_data(t);
+        ptrs[k] = (char *)flk_data(t);
         if (nd > 0) {
             c.ds[k] = t->strides[d] * es;
             for (int i = 0; i < nd; ++i)
                 strides[k][i] = t->strides[i] * es;
         }
     }
-    ref_for_each_row(nd, sizes, 3, ptrs, strides, 0, sm_rows, &c);
+    flk_for_each_row(nd, sizes, 3, ptrs, strides, 0, sm_rows, &c);
     return FL_SUCCESS;
 }
 
-static fl_status sm_fwd(const char *op, const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx,
+static fl_status sm_fwd(const char *op, const fl_arg *args, uint32_t nargs, flk_ctx *ctx,
                         int mode) {
-    ref_args a;
+    flk_args a;
     const fl_tensor *x, *y;
     int64_t dim;
     int half_to_float;
-    REF_TRY(ref_args_init(&a, op, args, nargs, 4, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &x));
-    REF_TRY(ref_get_int(&a, 1, "dim", &dim));
-    REF_TRY(ref_get_bool(&a, 2, "half_to_float", &half_to_float));
-    REF_TRY(ref_get_tensor(&a, 3, "out", &y));
+    FLK_TRY(flk_args_init(&a, op, args, nargs, 4, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &x));
+    FLK_TRY(flk_get_int(&a, 1, "dim", &dim));
+    FLK_TRY(flk_get_bool(&a, 2, "half_to_float", &half_to_float));
+    FLK_TRY(flk_get_tensor(&a, 3, "out", &y));
     if (half_to_float && x->dtype != y->dtype)
-        return ref_fail(&a, "half_to_float is not supported");
+        return flk_fail(&a, "half_to_float is not supported");
     const fl_tensor *ops[2] = {y, x};
     return sm_run(&a, mode, dim, ops, 2);
 }
 
-static fl_status sm_bwd(const char *op, const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx,
+static fl_status sm_bwd(const char *op, const fl_arg *args, uint32_t nargs, flk_ctx *ctx,
                         int mode) {
-    ref_args a;
+    flk_args a;
     const fl_tensor *go, *out, *gi;
     int64_t dim;
     int has_dt;
     int32_t in_dt = 0;
-    REF_TRY(ref_args_init(&a, op, args, nargs, 5, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "grad_output", &go));
-    REF_TRY(ref_get_tensor(&a, 1, "output", &out));
-    REF_TRY(ref_get_int(&a, 2, "dim", &dim));
-    REF_TRY(ref_get_opt_dtype(&a, 3, "input_dtype", &has_dt, &in_dt));
-    REF_TRY(ref_get_tensor(&a, 4, "grad_input", &gi));
+    FLK_TRY(flk_args_init(&a, op, args, nargs, 5, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "grad_output", &go));
+    FLK_TRY(flk_get_tensor(&a, 1, "output", &out));
+    FLK_TRY(flk_get_int(&a, 2, "dim", &dim));
+    FLK_TRY(flk_get_opt_dtype(&a, 3, "input_dtype", &has_dt, &in_dt));
+    FLK_TRY(flk_get_tensor(&a, 4, "grad_input", &gi));
     if (has_dt && in_dt != gi->dtype)
-        return ref_fail(&a, "input_dtype %s differs from grad_input's %s",
-                        ref_dtype_name(in_dt), ref_dtype_name(gi->dtype));
+        return flk_fail(&a, "input_dtype %s differs from grad_input's %s",
+                        flk_dtype_name(in_dt), flk_dtype_name(gi->dtype));
     const fl_tensor *ops[3] = {gi, go, out};
     return sm_run(&a, mode, dim, ops, 3);
 }
 
-REF_KERNEL(ref_k_softmax) { return sm_fwd("_softmax", args, nargs, ctx, SM_SOFTMAX); }
-REF_KERNEL(ref_k_log_softmax) { return sm_fwd("_log_softmax", args, nargs, ctx, SM_LOG_SOFTMAX); }
-REF_KERNEL(ref_k_softmax_backward_data) {
+FLK_KERNEL_FN(k_softmax) { return sm_fwd("_softmax", args, nargs, ctx, SM_SOFTMAX); }
+FLK_KERNEL_FN(k_log_softmax) { return sm_fwd("_log_softmax", args, nargs, ctx, SM_LOG_SOFTMAX); }
+FLK_KERNEL_FN(k_softmax_backward_data) {
     return sm_bwd("_softmax_backward_data", args, nargs, ctx, SM_SOFTMAX_BW);
 }
-REF_KERNEL(ref_k_log_softmax_backward_data) {
+FLK_KERNEL_FN(k_log_softmax_backward_data) {
     return sm_bwd("_log_softmax_backward_data", args, nargs, ctx, SM_LOG_SOFTMAX_BW);
 }
 
@@ -294,18 +295,18 @@ typedef struct nll_geom {
     int batched;
 } nll_geom;
 
-static fl_status nll_parse(const ref_args *a, const fl_tensor *x, const fl_tensor *t,
+static fl_status nll_parse(const flk_args *a, const fl_tensor *x, const fl_tensor *t,
                            const fl_tensor *w, int64_t reduction, nll_geom *g) {
     if (x->dtype != FL_FLOAT32 && x->dtype != FL_FLOAT64)
-        return ref_fail(a, "dtype %s is not supported (float32, float64)",
-                        ref_dtype_name(x->dtype));
-    if (!ref_is_integral(t->dtype))
-        return ref_fail(a, "target must be an integer tensor (int64), got %s",
-                        ref_dtype_name(t->dtype));
+        return flk_fail(a, "dtype %s is not supported (float32, float64)",
+                        flk_dtype_name(x->dtype));
+    if (!flk_is_integral(t->dtype))
+        return flk_fail(a, "target must be an integer tensor (int64), got %s",
+                        flk_dtype_name(t->dtype));
     if (x->ndim != 1 && x->ndim != 2)
-        return ref_fail(a, "input must be 1-d or 2-d, got %d dims", (int)x->ndim);
+        return flk_fail(a, "input must be 1-d or 2-d, got %d dims", (int)x->ndim);
     if (reduction < 0 || reduction > 2)
-        return ref_fail(a, "invalid reduction %lld", (long long)reduction);
+        return flk_fail(a, "invalid reduction %lld", (long long)reduction);
     g->batched = x->ndim == 2;
     g->N = g->batched ? x->sizes[0] : 1;
     g->C = x->sizes[g->batched ? 1 : 0];
@@ -313,110 +314,110 @@ static fl_status nll_parse(const ref_args *a, const fl_tensor *x, const fl_tenso
     g->xs1 = x->strides[g->batched ? 1 : 0];
     if (g->batched) {
         if (t->ndim != 1 || t->sizes[0] != g->N)
-            return ref_fail(a, "expected a target of shape [%lld]", (long long)g->N);
+            return flk_fail(a, "expected a target of shape [%lld]", (long long)g->N);
         g->ts = t->strides[0];
     } else {
         if (t->ndim != 0 && !(t->ndim == 1 && t->sizes[0] == 1))
-            return ref_fail(a, "1-d input expects a 0-d target");
+            return flk_fail(a, "1-d input expects a 0-d target");
         g->ts = 0;
     }
     if (w && (w->ndim != 1 || w->sizes[0] != g->C || w->dtype != x->dtype))
-        return ref_fail(a, "weight must be a 1-d %s tensor of %lld elements",
-                        ref_dtype_name(x->dtype), (long long)g->C);
+        return flk_fail(a, "weight must be a 1-d %s tensor of %lld elements",
+                        flk_dtype_name(x->dtype), (long long)g->C);
     return FL_SUCCESS;
 }
 
 /* nll_loss_forward(self, target, weight?, reduction, ignore_index) -> (output, total_weight) */
-REF_KERNEL(ref_k_nll_loss_forward) {
-    ref_args a;
+FLK_KERNEL_FN(k_nll_loss_forward) {
+    flk_args a;
     const fl_tensor *x, *t, *w, *out, *tw;
     int64_t reduction, ignore;
     nll_geom g;
-    REF_TRY(ref_args_init(&a, "nll_loss_forward", args, nargs, 7, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &x));
-    REF_TRY(ref_get_tensor(&a, 1, "target", &t));
-    REF_TRY(ref_get_opt_tensor(&a, 2, "weight", &w));
-    REF_TRY(ref_get_int(&a, 3, "reduction", &reduction));
-    REF_TRY(ref_get_int(&a, 4, "ignore_index", &ignore));
-    REF_TRY(ref_get_tensor(&a, 5, "output", &out));
-    REF_TRY(ref_get_tensor(&a, 6, "total_weight", &tw));
-    REF_TRY(nll_parse(&a, x, t, w, reduction, &g));
+    FLK_TRY(flk_args_init(&a, "nll_loss_forward", args, nargs, 7, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &x));
+    FLK_TRY(flk_get_tensor(&a, 1, "target", &t));
+    FLK_TRY(flk_get_opt_tensor(&a, 2, "weight", &w));
+    FLK_TRY(flk_get_int(&a, 3, "reduction", &reduction));
+    FLK_TRY(flk_get_int(&a, 4, "ignore_index", &ignore));
+    FLK_TRY(flk_get_tensor(&a, 5, "output", &out));
+    FLK_TRY(flk_get_tensor(&a, 6, "total_weight", &tw));
+    FLK_TRY(nll_parse(&a, x, t, w, reduction, &g));
     int per_sample = reduction == RED_NONE && g.batched;
-    if (per_sample ? (out->ndim != 1 || out->sizes[0] != g.N) : ref_numel(out) != 1)
-        return ref_fail(&a, "output has the wrong shape");
-    if (ref_numel(tw) != 1)
-        return ref_fail(&a, "total_weight must have one element");
-    const int64_t es = (int64_t)ref_dtype_size(x->dtype);
-    const int64_t tes = (int64_t)ref_dtype_size(t->dtype);
-    const int64_t oes = (int64_t)ref_dtype_size(out->dtype);
-    const char *xp = (const char *)ref_tensor_data(x);
-    const char *tp = (const char *)ref_tensor_data(t);
-    const char *wp = w ? (const char *)ref_tensor_data(w) : NULL;
-    char *op = (char *)ref_tensor_data(out);
+    if (per_sample ? (out->ndim != 1 || out->sizes[0] != g.N) : flk_numel(out) != 1)
+        return flk_fail(&a, "output has the wrong shape");
+    if (flk_numel(tw) != 1)
+        return flk_fail(&a, "total_weight must have one element");
+    const int64_t es = (int64_t)flk_dtype_size(x->dtype);
+    const int64_t tes = (int64_t)flk_dtype_size(t->dtype);
+    const int64_t oes = (int64_t)flk_dtype_size(out->dtype);
+    const char *xp = (const char *)flk_data(x);
+    const char *tp = (const char *)flk_data(t);
+    const char *wp = w ? (const char *)flk_data(w) : NULL;
+    char *op = (char *)flk_data(out);
     double sum = 0.0, wsum = 0.0;
     for (int64_t i = 0; i < g.N; ++i) {
-        int64_t cls = ref_load_i64(tp + i * g.ts * tes, t->dtype);
+        int64_t cls = flk_load_i64(tp + i * g.ts * tes, t->dtype);
         double v = 0.0;
         if (cls != ignore) {
             if (cls < 0 || cls >= g.C)
-                return ref_fail(&a, "target %lld is out of bounds (%lld classes)",
+                return flk_fail(&a, "target %lld is out of bounds (%lld classes)",
                                 (long long)cls, (long long)g.C);
-            double wt = wp ? ref_load_f64(wp + cls * w->strides[0] * es, x->dtype) : 1.0;
-            double xv = ref_load_f64(xp + (i * g.xs0 + cls * g.xs1) * es, x->dtype);
+            double wt = wp ? flk_load_f64(wp + cls * w->strides[0] * es, x->dtype) : 1.0;
+            double xv = flk_load_f64(xp + (i * g.xs0 + cls * g.xs1) * es, x->dtype);
             v = -xv * wt;
             sum += v;
             wsum += wt;
         }
         if (per_sample)
-            ref_store_f64(op + i * out->strides[0] * oes, out->dtype, v);
+            flk_store_f64(op + i * out->strides[0] * oes, out->dtype, v);
     }
     if (!per_sample) {
         double r = sum;
         if (reduction == RED_MEAN)
             r = sum / wsum; /* 0/0 = NaN when every target is ignored */
-        ref_store_f64(op, out->dtype, r);
+        flk_store_f64(op, out->dtype, r);
     }
     /* PyTorch leaves total_weight at 0 for per-sample (2-d, 'none') losses */
-    ref_store_f64(ref_tensor_data(tw), tw->dtype, per_sample ? 0.0 : wsum);
+    flk_store_f64(flk_data(tw), tw->dtype, per_sample ? 0.0 : wsum);
     return FL_SUCCESS;
 }
 
 /* nll_loss_backward(grad_output, self, target, weight?, reduction, ignore_index,
  *                   total_weight) -> grad_input */
-REF_KERNEL(ref_k_nll_loss_backward) {
-    ref_args a;
+FLK_KERNEL_FN(k_nll_loss_backward) {
+    flk_args a;
     const fl_tensor *x, *t, *w, *gi;
-    ref_operand go, tw;
+    flk_operand go, tw;
     int64_t reduction, ignore;
     nll_geom g;
-    REF_TRY(ref_args_init(&a, "nll_loss_backward", args, nargs, 8, ctx));
-    REF_TRY(ref_get_operand(&a, 0, "grad_output", &go));
-    REF_TRY(ref_get_tensor(&a, 1, "self", &x));
-    REF_TRY(ref_get_tensor(&a, 2, "target", &t));
-    REF_TRY(ref_get_opt_tensor(&a, 3, "weight", &w));
-    REF_TRY(ref_get_int(&a, 4, "reduction", &reduction));
-    REF_TRY(ref_get_int(&a, 5, "ignore_index", &ignore));
-    REF_TRY(ref_get_operand(&a, 6, "total_weight", &tw));
-    REF_TRY(ref_get_tensor(&a, 7, "grad_input", &gi));
-    REF_TRY(nll_parse(&a, x, t, w, reduction, &g));
-    if (!ref_same_sizes(gi, x) || gi->dtype != x->dtype)
-        return ref_fail(&a, "grad_input must have self's shape and dtype");
+    FLK_TRY(flk_args_init(&a, "nll_loss_backward", args, nargs, 8, ctx));
+    FLK_TRY(flk_get_operand(&a, 0, "grad_output", &go));
+    FLK_TRY(flk_get_tensor(&a, 1, "self", &x));
+    FLK_TRY(flk_get_tensor(&a, 2, "target", &t));
+    FLK_TRY(flk_get_opt_tensor(&a, 3, "weight", &w));
+    FLK_TRY(flk_get_int(&a, 4, "reduction", &reduction));
+    FLK_TRY(flk_get_int(&a, 5, "ignore_index", &ignore));
+    FLK_TRY(flk_get_operand(&a, 6, "total_weight", &tw));
+    FLK_TRY(flk_get_tensor(&a, 7, "grad_input", &gi));
+    FLK_TRY(nll_parse(&a, x, t, w, reduction, &g));
+    if (!flk_same_sizes(gi, x) || gi->dtype != x->dtype)
+        return flk_fail(&a, "grad_input must have self's shape and dtype");
     int per_sample = reduction == RED_NONE && g.batched;
-    if (go.t && (per_sample ? (go.t->ndim != 1 || go.t->sizes[0] != g.N) : ref_numel(go.t) != 1))
-        return ref_fail(&a, "grad_output has the wrong shape");
+    if (go.t && (per_sample ? (go.t->ndim != 1 || go.t->sizes[0] != g.N) : flk_numel(go.t) != 1))
+        return flk_fail(&a, "grad_output has the wrong shape");
     if (per_sample && !go.t)
-        return ref_fail(&a, "grad_output must be a tensor for reduction='none'");
-    if (tw.t && ref_numel(tw.t) != 1)
-        return ref_fail(&a, "total_weight must have one element");
-    const int64_t es = (int64_t)ref_dtype_size(x->dtype);
-    const int64_t tes = (int64_t)ref_dtype_size(t->dtype);
-    double twv = tw.t ? ref_load_f64(ref_tensor_data(tw.t), tw.t->dtype) : tw.s.f;
+        return flk_fail(&a, "grad_output must be a tensor for reduction='none'");
+    if (tw.t && flk_numel(tw.t) != 1)
+        return flk_fail(&a, "total_weight must have one element");
+    const int64_t es = (int64_t)flk_dtype_size(x->dtype);
+    const int64_t tes = (int64_t)flk_dtype_size(t->dtype);
+    double twv = tw.t ? flk_load_f64(flk_data(tw.t), tw.t->dtype) : tw.s.f;
     double go0 = 0.0;
     if (!per_sample)
-        go0 = go.t ? ref_load_f64(ref_tensor_data(go.t), go.t->dtype) : go.s.f;
+        go0 = go.t ? flk_load_f64(flk_data(go.t), go.t->dtype) : go.s.f;
 
     /* zero grad_input */
-    char *gp = (char *)ref_tensor_data(gi);
+    char *gp = (char *)flk_data(gi);
     int64_t gs0 = g.batched ? gi->strides[0] : 0, gs1 = gi->strides[g.batched ? 1 : 0];
     for (int64_t i = 0; i < g.N; ++i) {
         char *row = gp + i * gs0 * es;
@@ -426,25 +427,43 @@ REF_KERNEL(ref_k_nll_loss_backward) {
             for (int64_t cc = 0; cc < g.C; ++cc)
                 memset(row + cc * gs1 * es, 0, (size_t)es);
     }
-    const char *tp = (const char *)ref_tensor_data(t);
-    const char *wp = w ? (const char *)ref_tensor_data(w) : NULL;
+    const char *tp = (const char *)flk_data(t);
+    const char *wp = w ? (const char *)flk_data(w) : NULL;
     for (int64_t i = 0; i < g.N; ++i) {
-        int64_t cls = ref_load_i64(tp + i * g.ts * tes, t->dtype);
+        int64_t cls = flk_load_i64(tp + i * g.ts * tes, t->dtype);
         if (cls == ignore)
             continue;
         if (cls < 0 || cls >= g.C)
-            return ref_fail(&a, "target %lld is out of bounds (%lld classes)", (long long)cls,
+            return flk_fail(&a, "target %lld is out of bounds (%lld classes)", (long long)cls,
                             (long long)g.C);
-        double wt = wp ? ref_load_f64(wp + cls * w->strides[0] * es, x->dtype) : 1.0;
+        double wt = wp ? flk_load_f64(wp + cls * w->strides[0] * es, x->dtype) : 1.0;
         double gv;
         if (per_sample)
-            gv = ref_load_f64((const char *)ref_tensor_data(go.t) +
-                                  i * go.t->strides[0] * (int64_t)ref_dtype_size(go.t->dtype),
+            gv = flk_load_f64((const char *)flk_data(go.t) +
+                                  i * go.t->strides[0] * (int64_t)flk_dtype_size(go.t->dtype),
                               go.t->dtype);
         else
             gv = go0;
         double grad = reduction == RED_MEAN ? -(gv / twv) : -gv;
-        ref_store_f64(gp + (i * gs0 + cls * gs1) * es, gi->dtype, wt * grad);
+        flk_store_f64(gp + (i * gs0 + cls * gs1) * es, gi->dtype, wt * grad);
     }
     return FL_SUCCESS;
 }
+
+/* ---- float16 / bfloat16 through float32 copies (util/half.h) ------------------- */
+
+/* The registered kernels: the float32/float64 kernels above for those dtypes, on
+ * float32 copies for float16 and bfloat16. */
+REF_VIA_F32(k_softmax_any, "_softmax", k_softmax, 1, -1)
+FLK_REGISTER("_softmax", FLK_FLOAT_TYPES, k_softmax_any);
+REF_VIA_F32(k_log_softmax_any, "_log_softmax", k_log_softmax, 1, -1)
+FLK_REGISTER("_log_softmax", FLK_FLOAT_TYPES, k_log_softmax_any);
+REF_VIA_F32(k_softmax_backward_data_any, "_softmax_backward_data", k_softmax_backward_data, 1, 3)
+FLK_REGISTER("_softmax_backward_data", FLK_FLOAT_TYPES, k_softmax_backward_data_any);
+REF_VIA_F32(k_log_softmax_backward_data_any, "_log_softmax_backward_data",
+            k_log_softmax_backward_data, 1, 3)
+FLK_REGISTER("_log_softmax_backward_data", FLK_FLOAT_TYPES, k_log_softmax_backward_data_any);
+REF_VIA_F32(k_nll_loss_forward_any, "nll_loss_forward", k_nll_loss_forward, 2, -1)
+FLK_REGISTER("nll_loss_forward", FLK_FLOAT_TYPES, k_nll_loss_forward_any);
+REF_VIA_F32(k_nll_loss_backward_any, "nll_loss_backward", k_nll_loss_backward, 1, -1)
+FLK_REGISTER("nll_loss_backward", FLK_FLOAT_TYPES, k_nll_loss_backward_any);

@@ -1,5 +1,5 @@
 /*
- * kernels_stats.c -- reductions beyond sum/mean: all/any, amax/amin,
+ * reduce_packed.c -- reductions beyond sum/mean: all/any, amax/amin,
  * max.dim/min.dim (values and indices), argmin, var/std/var_mean/std_mean
  * (any correction), linalg_vector_norm (any ord), prod, and the cumsum scan.
  *
@@ -12,7 +12,13 @@
  */
 #include <math.h>
 
-#include "kernel_util.h"
+#include "fl_kernel.h"
+#include "util/pack.h"
+#include "util/reduce_dims.h"
+
+/* every dtype float64 holds exactly: int64 is left out */
+#define REAL_NO_I64 (FLK_REAL_TYPES & ~FLK_DT(FL_INT64))
+#define NUM_NO_I64 (FLK_NUM_TYPES & ~FLK_DT(FL_INT64))
 
 typedef struct red_params {
     double ord;        /* vector norm order */
@@ -40,11 +46,11 @@ static void permuted_view(const fl_tensor *t, const uint8_t *rmask, fl_tensor *v
     view->strides = strides;
 }
 
-static fl_status reduce_rows(const ref_args *a, const fl_tensor *in, const uint8_t *rmask,
+static fl_status reduce_rows(const flk_args *a, const fl_tensor *in, const uint8_t *rmask,
                              const fl_tensor *out0, const fl_tensor *out1, red_row_fn fn,
                              const red_params *p) {
     fl_tensor view;
-    int64_t sizes[REF_MAX_DIMS], strides[REF_MAX_DIMS], R, D;
+    int64_t sizes[FLK_MAX_DIMS], strides[FLK_MAX_DIMS], R, D;
     permuted_view(in, rmask, &view, sizes, strides, &R, &D);
     void *buf[3] = {0};
     fl_status st = ref_pack(a, &view, FL_FLOAT64, &buf[0]);
@@ -147,156 +153,175 @@ static void row_prod(const double *x, int64_t d, double *o, const red_params *p)
 /* ---- argument patterns ------------------------------------------------------------ */
 
 static fl_status keep_all(const fl_tensor *in, uint8_t *rmask) {
-    memset(rmask, 0, REF_MAX_DIMS);
+    memset(rmask, 0, FLK_MAX_DIMS);
     memset(rmask, 1, (size_t)in->ndim);
     return FL_SUCCESS;
 }
 
 /* (self, out): every dim */
 static fl_status reduce_all(const char *op, const fl_arg *args, uint32_t nargs,
-                            ref_kernel_ctx *ctx, red_row_fn fn) {
-    ref_args a;
+                            flk_ctx *ctx, red_row_fn fn) {
+    flk_args a;
     const fl_tensor *in, *out;
-    uint8_t rmask[REF_MAX_DIMS];
-    REF_TRY(ref_args_init(&a, op, args, nargs, 2, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &in));
-    REF_TRY(ref_get_tensor(&a, 1, "out", &out));
+    uint8_t rmask[FLK_MAX_DIMS];
+    FLK_TRY(flk_args_init(&a, op, args, nargs, 2, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &in));
+    FLK_TRY(flk_get_tensor(&a, 1, "out", &out));
     keep_all(in, rmask);
     return reduce_rows(&a, in, rmask, out, NULL, fn, NULL);
 }
 
 /* (self, dim, keepdim, outputs...): nout outputs */
 static fl_status reduce_dim(const char *op, const fl_arg *args, uint32_t nargs,
-                            ref_kernel_ctx *ctx, red_row_fn fn, int nout) {
-    ref_args a;
+                            flk_ctx *ctx, red_row_fn fn, int nout) {
+    flk_args a;
     const fl_tensor *in, *o0, *o1 = NULL;
-    uint8_t rmask[REF_MAX_DIMS];
-    REF_TRY(ref_args_init(&a, op, args, nargs, (uint32_t)(3 + nout), ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &in));
-    REF_TRY(ref_reduce_dim_mask(&a, in, 1, rmask));
-    REF_TRY(ref_get_tensor(&a, 3, "out", &o0));
+    uint8_t rmask[FLK_MAX_DIMS];
+    FLK_TRY(flk_args_init(&a, op, args, nargs, (uint32_t)(3 + nout), ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &in));
+    FLK_TRY(ref_reduce_dim_mask(&a, in, 1, rmask));
+    FLK_TRY(flk_get_tensor(&a, 3, "out", &o0));
     if (nout == 2)
-        REF_TRY(ref_get_tensor(&a, 4, "indices", &o1));
+        FLK_TRY(flk_get_tensor(&a, 4, "indices", &o1));
     return reduce_rows(&a, in, rmask, o0, o1, fn, NULL);
 }
 
-REF_KERNEL(ref_k_all) { return reduce_all("all", args, nargs, ctx, row_all); }
-REF_KERNEL(ref_k_any) { return reduce_all("any", args, nargs, ctx, row_any); }
-REF_KERNEL(ref_k_all_dim) { return reduce_dim("all.dim", args, nargs, ctx, row_all, 1); }
-REF_KERNEL(ref_k_any_dim) { return reduce_dim("any.dim", args, nargs, ctx, row_any, 1); }
-REF_KERNEL(ref_k_all_dims) { return reduce_dim("all.dims", args, nargs, ctx, row_all, 1); }
-REF_KERNEL(ref_k_any_dims) { return reduce_dim("any.dims", args, nargs, ctx, row_any, 1); }
-REF_KERNEL(ref_k_amax) { return reduce_dim("amax", args, nargs, ctx, row_max, 1); }
-REF_KERNEL(ref_k_amin) { return reduce_dim("amin", args, nargs, ctx, row_min, 1); }
-REF_KERNEL(ref_k_max_dim) { return reduce_dim("max.dim", args, nargs, ctx, row_max, 2); }
-REF_KERNEL(ref_k_min_dim) { return reduce_dim("min.dim", args, nargs, ctx, row_min, 2); }
+FLK_KERNEL_FN(k_all) { return reduce_all("all", args, nargs, ctx, row_all); }
+FLK_REGISTER("all", REAL_NO_I64, k_all);
+FLK_KERNEL_FN(k_any) { return reduce_all("any", args, nargs, ctx, row_any); }
+FLK_REGISTER("any", REAL_NO_I64, k_any);
+FLK_KERNEL_FN(k_all_dim) { return reduce_dim("all.dim", args, nargs, ctx, row_all, 1); }
+FLK_REGISTER("all.dim", REAL_NO_I64, k_all_dim);
+FLK_KERNEL_FN(k_any_dim) { return reduce_dim("any.dim", args, nargs, ctx, row_any, 1); }
+FLK_REGISTER("any.dim", REAL_NO_I64, k_any_dim);
+FLK_KERNEL_FN(k_all_dims) { return reduce_dim("all.dims", args, nargs, ctx, row_all, 1); }
+FLK_REGISTER("all.dims", REAL_NO_I64, k_all_dims);
+FLK_KERNEL_FN(k_any_dims) { return reduce_dim("any.dims", args, nargs, ctx, row_any, 1); }
+FLK_REGISTER("any.dims", REAL_NO_I64, k_any_dims);
+FLK_KERNEL_FN(k_amax) { return reduce_dim("amax", args, nargs, ctx, row_max, 1); }
+FLK_REGISTER("amax", REAL_NO_I64, k_amax);
+FLK_KERNEL_FN(k_amin) { return reduce_dim("amin", args, nargs, ctx, row_min, 1); }
+FLK_REGISTER("amin", REAL_NO_I64, k_amin);
+FLK_KERNEL_FN(k_max_dim) { return reduce_dim("max.dim", args, nargs, ctx, row_max, 2); }
+FLK_REGISTER("max.dim", REAL_NO_I64, k_max_dim);
+FLK_KERNEL_FN(k_min_dim) { return reduce_dim("min.dim", args, nargs, ctx, row_min, 2); }
+FLK_REGISTER("min.dim", REAL_NO_I64, k_min_dim);
 
 /* argmin(self, dim?, keepdim) */
-REF_KERNEL(ref_k_argmin) {
-    ref_args a;
+FLK_KERNEL_FN(k_argmin) {
+    flk_args a;
     const fl_tensor *in, *out;
-    uint8_t rmask[REF_MAX_DIMS];
-    REF_TRY(ref_args_init(&a, "argmin", args, nargs, 4, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &in));
-    REF_TRY(ref_get_tensor(&a, 3, "out", &out));
-    if (ref_arg_is_none(&a, 1))
+    uint8_t rmask[FLK_MAX_DIMS];
+    FLK_TRY(flk_args_init(&a, "argmin", args, nargs, 4, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &in));
+    FLK_TRY(flk_get_tensor(&a, 3, "out", &out));
+    if (flk_arg_is_none(&a, 1))
         keep_all(in, rmask);
     else
-        REF_TRY(ref_reduce_dim_mask(&a, in, 1, rmask));
+        FLK_TRY(ref_reduce_dim_mask(&a, in, 1, rmask));
     /* an empty output is fine ([0, 3] over dim 1); a minimum over nothing is not */
     for (int d = 0; d < in->ndim; ++d)
         if (rmask[d] && in->sizes[d] == 0)
-            return ref_fail(&a, "cannot take the argmin over dimension %d, which has size 0", d);
+            return flk_fail(&a, "cannot take the argmin over dimension %d, which has size 0", d);
     return reduce_rows(&a, in, rmask, out, NULL, row_argmin, NULL);
 }
+FLK_REGISTER("argmin", NUM_NO_I64, k_argmin);
 
 /* var/std .correction(self, dim?, *, correction?, keepdim) and the _mean forms */
 static fl_status var_impl(const char *op, const fl_arg *args, uint32_t nargs,
-                          ref_kernel_ctx *ctx, red_row_fn fn, int nout) {
-    ref_args a;
+                          flk_ctx *ctx, red_row_fn fn, int nout) {
+    flk_args a;
     const fl_tensor *in, *o0, *o1 = NULL;
-    uint8_t rmask[REF_MAX_DIMS];
+    uint8_t rmask[FLK_MAX_DIMS];
     red_params p = {0.0, 1.0};
     int present;
-    ref_scalar corr;
-    REF_TRY(ref_args_init(&a, op, args, nargs, (uint32_t)(4 + nout), ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &in));
-    REF_TRY(ref_reduce_dim_mask(&a, in, 1, rmask));
-    REF_TRY(ref_get_opt_scalar(&a, 2, "correction", &present, &corr));
-    REF_TRY(ref_get_tensor(&a, 4, "out", &o0));
+    flk_scalar corr;
+    FLK_TRY(flk_args_init(&a, op, args, nargs, (uint32_t)(4 + nout), ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &in));
+    FLK_TRY(ref_reduce_dim_mask(&a, in, 1, rmask));
+    FLK_TRY(flk_get_opt_scalar(&a, 2, "correction", &present, &corr));
+    FLK_TRY(flk_get_tensor(&a, 4, "out", &o0));
     if (nout == 2)
-        REF_TRY(ref_get_tensor(&a, 5, "mean", &o1));
+        FLK_TRY(flk_get_tensor(&a, 5, "mean", &o1));
     if (present)
         p.correction = corr.f;
     return reduce_rows(&a, in, rmask, o0, o1, fn, &p);
 }
-REF_KERNEL(ref_k_var_correction) { return var_impl("var.correction", args, nargs, ctx, row_var, 1); }
-REF_KERNEL(ref_k_std_correction) { return var_impl("std.correction", args, nargs, ctx, row_std, 1); }
-REF_KERNEL(ref_k_var_mean_correction) {
+FLK_KERNEL_FN(k_var_correction) { return var_impl("var.correction", args, nargs, ctx, row_var, 1); }
+FLK_REGISTER("var.correction", FLK_FLOAT_TYPES, k_var_correction);
+FLK_KERNEL_FN(k_std_correction) { return var_impl("std.correction", args, nargs, ctx, row_std, 1); }
+FLK_REGISTER("std.correction", FLK_FLOAT_TYPES, k_std_correction);
+FLK_KERNEL_FN(k_var_mean_correction) {
     return var_impl("var_mean.correction", args, nargs, ctx, row_var, 2);
 }
-REF_KERNEL(ref_k_std_mean_correction) {
+FLK_REGISTER("var_mean.correction", FLK_FLOAT_TYPES, k_var_mean_correction);
+FLK_KERNEL_FN(k_std_mean_correction) {
     return var_impl("std_mean.correction", args, nargs, ctx, row_std, 2);
 }
+FLK_REGISTER("std_mean.correction", FLK_FLOAT_TYPES, k_std_mean_correction);
 
 /* linalg_vector_norm(self, ord, dim?, keepdim, *, dtype?) */
-REF_KERNEL(ref_k_linalg_vector_norm) {
-    ref_args a;
+FLK_KERNEL_FN(k_linalg_vector_norm) {
+    flk_args a;
     const fl_tensor *in, *out;
-    uint8_t rmask[REF_MAX_DIMS];
+    uint8_t rmask[FLK_MAX_DIMS];
     red_params p = {2.0, 0.0};
-    REF_TRY(ref_args_init(&a, "linalg_vector_norm", args, nargs, 6, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &in));
-    REF_TRY(ref_get_double(&a, 1, "ord", &p.ord));
-    REF_TRY(ref_reduce_dim_mask(&a, in, 2, rmask));
-    REF_TRY(ref_get_tensor(&a, 5, "out", &out));
-    REF_TRY(ref_check_dtype(&a, in, "self", REF_FLOAT_TYPES));
-    if (p.ord < 0 && ref_numel(in) == 0)
-        return ref_fail(&a, "a negative ord needs a non-empty input");
+    FLK_TRY(flk_args_init(&a, "linalg_vector_norm", args, nargs, 6, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &in));
+    FLK_TRY(flk_get_double(&a, 1, "ord", &p.ord));
+    FLK_TRY(ref_reduce_dim_mask(&a, in, 2, rmask));
+    FLK_TRY(flk_get_tensor(&a, 5, "out", &out));
+    FLK_TRY(flk_check_dtype(&a, in, "self", FLK_FLOAT_TYPES));
+    if (p.ord < 0 && flk_numel(in) == 0)
+        return flk_fail(&a, "a negative ord needs a non-empty input");
     return reduce_rows(&a, in, rmask, out, NULL, row_norm, &p);
 }
+FLK_REGISTER("linalg_vector_norm", FLK_FLOAT_TYPES, k_linalg_vector_norm);
 
 /* prod(self, *, dtype?) and prod.dim_int(self, dim, keepdim, *, dtype?) */
-REF_KERNEL(ref_k_prod) {
-    ref_args a;
+FLK_KERNEL_FN(k_prod) {
+    flk_args a;
     const fl_tensor *in, *out;
-    uint8_t rmask[REF_MAX_DIMS];
-    REF_TRY(ref_args_init(&a, "prod", args, nargs, 3, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &in));
-    REF_TRY(ref_get_tensor(&a, 2, "out", &out));
+    uint8_t rmask[FLK_MAX_DIMS];
+    FLK_TRY(flk_args_init(&a, "prod", args, nargs, 3, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &in));
+    FLK_TRY(flk_get_tensor(&a, 2, "out", &out));
     keep_all(in, rmask);
     return reduce_rows(&a, in, rmask, out, NULL, row_prod, NULL);
 }
-REF_KERNEL(ref_k_prod_dim_int) {
-    ref_args a;
+FLK_REGISTER("prod", FLK_FLOAT_TYPES, k_prod);
+FLK_KERNEL_FN(k_prod_dim_int) {
+    flk_args a;
     const fl_tensor *in, *out;
-    uint8_t rmask[REF_MAX_DIMS];
-    REF_TRY(ref_args_init(&a, "prod.dim_int", args, nargs, 5, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &in));
-    REF_TRY(ref_reduce_dim_mask(&a, in, 1, rmask));
-    REF_TRY(ref_get_tensor(&a, 4, "out", &out));
+    uint8_t rmask[FLK_MAX_DIMS];
+    FLK_TRY(flk_args_init(&a, "prod.dim_int", args, nargs, 5, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &in));
+    FLK_TRY(ref_reduce_dim_mask(&a, in, 1, rmask));
+    FLK_TRY(flk_get_tensor(&a, 4, "out", &out));
     return reduce_rows(&a, in, rmask, out, NULL, row_prod, NULL);
 }
+FLK_REGISTER("prod.dim_int", FLK_FLOAT_TYPES, k_prod_dim_int);
 
 /* cumsum(self, dim, *, dtype?): a running sum along dim, in float64 */
-REF_KERNEL(ref_k_cumsum) {
-    ref_args a;
+FLK_KERNEL_FN(k_cumsum) {
+    flk_args a;
     const fl_tensor *in, *out;
-    uint8_t rmask[REF_MAX_DIMS];
-    REF_TRY(ref_args_init(&a, "cumsum", args, nargs, 4, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &in));
-    REF_TRY(ref_get_tensor(&a, 3, "out", &out));
-    REF_TRY(ref_reduce_dim_mask(&a, in, 1, rmask));
+    uint8_t rmask[FLK_MAX_DIMS];
+    FLK_TRY(flk_args_init(&a, "cumsum", args, nargs, 4, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &in));
+    FLK_TRY(flk_get_tensor(&a, 3, "out", &out));
+    FLK_TRY(ref_reduce_dim_mask(&a, in, 1, rmask));
     fl_tensor iv, ov;
-    int64_t is[REF_MAX_DIMS], ist[REF_MAX_DIMS], os[REF_MAX_DIMS], ost[REF_MAX_DIMS], R, D;
+    int64_t is[FLK_MAX_DIMS], ist[FLK_MAX_DIMS], os[FLK_MAX_DIMS], ost[FLK_MAX_DIMS], R, D;
     permuted_view(in, rmask, &iv, is, ist, &R, &D);
     permuted_view(out, rmask, &ov, os, ost, &R, &D);
     double *x;
-    REF_TRY(ref_pack(&a, &iv, FL_FLOAT64, (void **)&x));
+    FLK_TRY(ref_pack(&a, &iv, FL_FLOAT64, (void **)&x));
     for (int64_t r = 0; r < R; ++r)
         for (int64_t j = 1; j < D; ++j)
             x[r * D + j] += x[r * D + j - 1];
     ref_unpack(&ov, FL_FLOAT64, x);
-    ref_free(x);
+    flk_free(x);
     return FL_SUCCESS;
 }
+FLK_REGISTER("cumsum", FLK_FLOAT_TYPES, k_cumsum);

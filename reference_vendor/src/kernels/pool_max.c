@@ -1,5 +1,5 @@
 /*
- * kernels_pool.c -- max_pool2d_with_indices and its backward (float32,
+ * pool_max.c -- max_pool2d_with_indices and its backward (float32,
  * float64; 3-d [C,H,W] or 4-d [N,C,H,W] input, any strides, padding,
  * dilation, ceil_mode).  Indices are int64 flat offsets within each H*W
  * plane and NaN propagates (the last NaN of a window wins), as in PyTorch's
@@ -7,72 +7,34 @@
  */
 #include <math.h>
 
-#include "kernel_util.h"
-
+#include "fl_kernel.h"
+#include "util/pool_window.h"
+#include "util/half.h"
 
 typedef struct pool_geom {
     int64_t N, C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW;
     int64_t is[4], os[4], xs[4]; /* element strides: input, output, indices */
 } pool_geom;
 
-fl_status ref_pool_pair_arg(const ref_args *a, uint32_t i, const char *name, int allow_empty,
-                            int64_t *v0, int64_t *v1, int *empty) {
-    const int64_t *v;
-    uint32_t n;
-    REF_TRY(ref_get_int_list(a, i, name, &v, &n));
-    if (empty)
-        *empty = 0;
-    if (n == 0 && allow_empty) {
-        *empty = 1;
-        return FL_SUCCESS;
-    }
-    if (n != 1 && n != 2)
-        return ref_fail(a, "%s must have 1 or 2 entries, got %u", name, n);
-    *v0 = v[0];
-    *v1 = n == 2 ? v[1] : v[0];
-    return FL_SUCCESS;
-}
-
-/* kernel_size, stride ([] = kernel_size), padding at args ki, ki+1, ki+2 */
-fl_status ref_pool_window_args(const ref_args *a, uint32_t ki, const ref_pool_window *w) {
-    int empty;
-    REF_TRY(ref_pool_pair_arg(a, ki, "kernel_size", 0, w->kh, w->kw, NULL));
-    REF_TRY(ref_pool_pair_arg(a, ki + 1, "stride", 1, w->sh, w->sw, &empty));
-    if (empty) {
-        *w->sh = *w->kh;
-        *w->sw = *w->kw;
-    }
-    return ref_pool_pair_arg(a, ki + 2, "padding", 0, w->ph, w->pw, NULL);
-}
-
-int64_t ref_pool_out_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil,
-                          int ceil_mode) {
-    int64_t num = in + 2 * pad - dil * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
-    int64_t out = (num >= 0 ? num / stride : -((-num + stride - 1) / stride)) + 1;
-    if (ceil_mode && (out - 1) * stride >= in + pad)
-        --out;
-    return out;
-}
-
 /* x: input; y: a tensor with the output's shape (values or grad_output) */
-static fl_status parse_pool(const ref_args *a, const fl_tensor *x, const fl_tensor *y,
+static fl_status parse_pool(const flk_args *a, const fl_tensor *x, const fl_tensor *y,
                             uint32_t ki, pool_geom *g, int *ceil_mode) {
     memset(g, 0, sizeof *g);
     const ref_pool_window w = {&g->KH, &g->KW, &g->SH, &g->SW, &g->PH, &g->PW};
-    REF_TRY(ref_pool_window_args(a, ki, &w));
-    REF_TRY(ref_pool_pair_arg(a, ki + 3, "dilation", 0, &g->DH, &g->DW, NULL));
-    REF_TRY(ref_get_bool(a, ki + 4, "ceil_mode", ceil_mode));
+    FLK_TRY(ref_pool_window_args(a, ki, &w));
+    FLK_TRY(ref_pool_pair_arg(a, ki + 3, "dilation", 0, &g->DH, &g->DW, NULL));
+    FLK_TRY(flk_get_bool(a, ki + 4, "ceil_mode", ceil_mode));
     if (x->dtype != FL_FLOAT32 && x->dtype != FL_FLOAT64)
-        return ref_fail(a, "dtype %s is not supported (float32, float64)",
-                        ref_dtype_name(x->dtype));
+        return flk_fail(a, "dtype %s is not supported (float32, float64)",
+                        flk_dtype_name(x->dtype));
     if (x->ndim != 3 && x->ndim != 4)
-        return ref_fail(a, "expected a 3-d or 4-d input, got %d dims", (int)x->ndim);
+        return flk_fail(a, "expected a 3-d or 4-d input, got %d dims", (int)x->ndim);
     if (y->ndim != x->ndim)
-        return ref_fail(a, "output must have the input's number of dims");
+        return flk_fail(a, "output must have the input's number of dims");
     if (g->KH <= 0 || g->KW <= 0 || g->SH <= 0 || g->SW <= 0 || g->DH <= 0 || g->DW <= 0)
-        return ref_fail(a, "kernel_size, stride and dilation must be positive");
+        return flk_fail(a, "kernel_size, stride and dilation must be positive");
     if (g->PH < 0 || g->PW < 0 || g->PH > g->KH / 2 || g->PW > g->KW / 2)
-        return ref_fail(a, "pad should be non-negative and at most half of the kernel size");
+        return flk_fail(a, "pad should be non-negative and at most half of the kernel size");
     int b = x->ndim == 4;
     g->N = b ? x->sizes[0] : 1;
     g->C = x->sizes[b];
@@ -81,11 +43,11 @@ static fl_status parse_pool(const ref_args *a, const fl_tensor *x, const fl_tens
     g->OH = ref_pool_out_size(g->H, g->KH, g->PH, g->SH, g->DH, *ceil_mode);
     g->OW = ref_pool_out_size(g->W, g->KW, g->PW, g->SW, g->DW, *ceil_mode);
     if (g->OH <= 0 || g->OW <= 0)
-        return ref_fail(a, "output size is too small (%lldx%lld)", (long long)g->OH,
+        return flk_fail(a, "output size is too small (%lldx%lld)", (long long)g->OH,
                         (long long)g->OW);
     if ((b && y->sizes[0] != g->N) || y->sizes[b] != g->C || y->sizes[b + 1] != g->OH ||
         y->sizes[b + 2] != g->OW)
-        return ref_fail(a, "output shape does not match the pooling (expected %lldx%lld)",
+        return flk_fail(a, "output shape does not match the pooling (expected %lldx%lld)",
                         (long long)g->OH, (long long)g->OW);
     g->is[0] = b ? x->strides[0] : 0;
     g->os[0] = b ? y->strides[0] : 0;
@@ -96,12 +58,12 @@ static fl_status parse_pool(const ref_args *a, const fl_tensor *x, const fl_tens
     return FL_SUCCESS;
 }
 
-static fl_status index_strides(const ref_args *a, const fl_tensor *ind, const fl_tensor *y,
+static fl_status index_strides(const flk_args *a, const fl_tensor *ind, const fl_tensor *y,
                                pool_geom *g) {
     if (ind->dtype != FL_INT64)
-        return ref_fail(a, "indices must be int64, got %s", ref_dtype_name(ind->dtype));
-    if (!ref_same_sizes(ind, y))
-        return ref_fail(a, "indices must have the output's shape");
+        return flk_fail(a, "indices must be int64, got %s", flk_dtype_name(ind->dtype));
+    if (!flk_same_sizes(ind, y))
+        return flk_fail(a, "indices must have the output's shape");
     int b = ind->ndim == 4;
     g->xs[0] = b ? ind->strides[0] : 0;
     for (int d = 0; d < 3; ++d)
@@ -125,7 +87,7 @@ static fl_status index_strides(const ref_args *a, const fl_tensor *ind, const fl
             for (int64_t c = 0; c < g.C; ++c) {                                            \
                 const TU *ip = (const TU *)x + n * g.is[0] + c * g.is[1];                  \
                 TU *op = (TU *)y + n * g.os[0] + c * g.os[1];                              \
-                ref_i64 *xp = (ref_i64 *)ind + n * g.xs[0] + c * g.xs[1];                  \
+                flk_i64 *xp = (flk_i64 *)ind + n * g.xs[0] + c * g.xs[1];                  \
                 for (int64_t oh = 0; oh < g.OH; ++oh) {                                    \
                     int64_t ih0 = oh * g.SH - g.PH;                                        \
                     int64_t ih1 = ih0 + (g.KH - 1) * g.DH + 1;                             \
@@ -263,47 +225,47 @@ static int pool2x2_f32(const pool_geom *gp, const char *x, char *y, char *ind) {
 }
 #endif
 
-POOL_FWD(pool_fwd_f32, float, ref_f32)
-POOL_FWD(pool_fwd_f64, double, ref_f64)
+POOL_FWD(pool_fwd_f32, float, flk_f32)
+POOL_FWD(pool_fwd_f64, double, flk_f64)
 
 /* max_pool2d_with_indices(self, kernel_size, stride=[], padding=0, dilation=1,
  *                         ceil_mode=False) -> (Tensor, Tensor) */
-REF_KERNEL(ref_k_max_pool2d_with_indices) {
-    ref_args a;
+FLK_KERNEL_FN(k_max_pool2d_with_indices) {
+    flk_args a;
     const fl_tensor *x, *y, *ind;
     pool_geom g;
     int ceil_mode;
-    REF_TRY(ref_args_init(&a, "max_pool2d_with_indices", args, nargs, 8, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &x));
-    REF_TRY(ref_get_tensor(&a, 6, "out", &y));
-    REF_TRY(ref_get_tensor(&a, 7, "indices", &ind));
-    REF_TRY(parse_pool(&a, x, y, 1, &g, &ceil_mode));
-    REF_TRY(index_strides(&a, ind, y, &g));
+    FLK_TRY(flk_args_init(&a, "max_pool2d_with_indices", args, nargs, 8, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &x));
+    FLK_TRY(flk_get_tensor(&a, 6, "out", &y));
+    FLK_TRY(flk_get_tensor(&a, 7, "indices", &ind));
+    FLK_TRY(parse_pool(&a, x, y, 1, &g, &ceil_mode));
+    FLK_TRY(index_strides(&a, ind, y, &g));
     if (y->dtype != x->dtype)
-        return ref_fail(&a, "output dtype %s differs from input dtype %s",
-                        ref_dtype_name(y->dtype), ref_dtype_name(x->dtype));
-    void *mv = ref_alloc((size_t)g.OW * 8), *mi = ref_alloc((size_t)g.OW * 8);
+        return flk_fail(&a, "output dtype %s differs from input dtype %s",
+                        flk_dtype_name(y->dtype), flk_dtype_name(x->dtype));
+    void *mv = flk_alloc((size_t)g.OW * 8), *mi = flk_alloc((size_t)g.OW * 8);
     if (!mv || !mi) {
-        ref_free(mv);
-        ref_free(mi);
-        return ref_fail(&a, "out of host memory");
+        flk_free(mv);
+        flk_free(mi);
+        return flk_fail(&a, "out of host memory");
     }
 #if defined(__AVX2__)
     if (x->dtype == FL_FLOAT32 &&
-        pool2x2_f32(&g, ref_tensor_data(x), ref_tensor_data(y), ref_tensor_data(ind))) {
-        ref_free(mv);
-        ref_free(mi);
+        pool2x2_f32(&g, flk_data(x), flk_data(y), flk_data(ind))) {
+        flk_free(mv);
+        flk_free(mi);
         return FL_SUCCESS;
     }
 #endif
     if (x->dtype == FL_FLOAT32)
-        pool_fwd_f32(&g, ref_tensor_data(x), ref_tensor_data(y), ref_tensor_data(ind),
+        pool_fwd_f32(&g, flk_data(x), flk_data(y), flk_data(ind),
                      (float *)mv, (int64_t *)mi);
     else
-        pool_fwd_f64(&g, ref_tensor_data(x), ref_tensor_data(y), ref_tensor_data(ind),
+        pool_fwd_f64(&g, flk_data(x), flk_data(y), flk_data(ind),
                      (double *)mv, (int64_t *)mi);
-    ref_free(mv);
-    ref_free(mi);
+    flk_free(mv);
+    flk_free(mi);
     return FL_SUCCESS;
 }
 
@@ -317,7 +279,7 @@ REF_KERNEL(ref_k_max_pool2d_with_indices) {
         for (int64_t n = 0; n < g.N; ++n)                                                  \
             for (int64_t c = 0; c < g.C; ++c) {                                            \
                 const TU *gp_ = (const TU *)gy + n * g.os[0] + c * g.os[1];                \
-                const ref_i64 *xp = (const ref_i64 *)ind + n * g.xs[0] + c * g.xs[1];      \
+                const flk_i64 *xp = (const flk_i64 *)ind + n * g.xs[0] + c * g.xs[1];      \
                 TU *dp = (TU *)gx + n * gs[0] + c * gs[1];                                 \
                 for (int64_t oh = 0; oh < g.OH; ++oh)                                      \
                     for (int64_t ow = 0; ow < g.OW; ++ow) {                                \
@@ -333,35 +295,35 @@ REF_KERNEL(ref_k_max_pool2d_with_indices) {
         return 1;                                                                          \
     }
 
-POOL_BWD(pool_bwd_f32, float, ref_f32)
-POOL_BWD(pool_bwd_f64, double, ref_f64)
+POOL_BWD(pool_bwd_f32, float, flk_f32)
+POOL_BWD(pool_bwd_f64, double, flk_f64)
 
 /* max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
  *                                  dilation, ceil_mode, indices) -> grad_input */
-REF_KERNEL(ref_k_max_pool2d_with_indices_backward) {
-    ref_args a;
+FLK_KERNEL_FN(k_max_pool2d_with_indices_backward) {
+    flk_args a;
     const fl_tensor *gy, *x, *ind, *gx;
     pool_geom g;
     int ceil_mode;
-    REF_TRY(ref_args_init(&a, "max_pool2d_with_indices_backward", args, nargs, 9, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "grad_output", &gy));
-    REF_TRY(ref_get_tensor(&a, 1, "self", &x));
-    REF_TRY(ref_get_tensor(&a, 7, "indices", &ind));
-    REF_TRY(ref_get_tensor(&a, 8, "grad_input", &gx));
-    REF_TRY(parse_pool(&a, x, gy, 2, &g, &ceil_mode));
-    REF_TRY(index_strides(&a, ind, gy, &g));
+    FLK_TRY(flk_args_init(&a, "max_pool2d_with_indices_backward", args, nargs, 9, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "grad_output", &gy));
+    FLK_TRY(flk_get_tensor(&a, 1, "self", &x));
+    FLK_TRY(flk_get_tensor(&a, 7, "indices", &ind));
+    FLK_TRY(flk_get_tensor(&a, 8, "grad_input", &gx));
+    FLK_TRY(parse_pool(&a, x, gy, 2, &g, &ceil_mode));
+    FLK_TRY(index_strides(&a, ind, gy, &g));
     if (gy->dtype != x->dtype || gx->dtype != x->dtype)
-        return ref_fail(&a, "grad_output, self and grad_input must have the same dtype");
-    if (!ref_same_sizes(gx, x))
-        return ref_fail(&a, "grad_input must have the input's shape");
+        return flk_fail(&a, "grad_output, self and grad_input must have the same dtype");
+    if (!flk_same_sizes(gx, x))
+        return flk_fail(&a, "grad_input must have the input's shape");
     int b = gx->ndim == 4;
     int64_t gs[4] = {b ? gx->strides[0] : 0, gx->strides[b], gx->strides[b + 1],
                      gx->strides[b + 2]};
     /* zero grad_input */
-    size_t es = ref_dtype_size(x->dtype);
+    size_t es = flk_dtype_size(x->dtype);
     for (int64_t n = 0; n < g.N; ++n)
         for (int64_t c = 0; c < g.C; ++c) {
-            char *p = (char *)ref_tensor_data(gx) + (n * gs[0] + c * gs[1]) * (int64_t)es;
+            char *p = (char *)flk_data(gx) + (n * gs[0] + c * gs[1]) * (int64_t)es;
             if (gs[3] == 1 && (g.H == 1 || gs[2] == g.W)) {
                 memset(p, 0, (size_t)(g.H * g.W) * es);
             } else {
@@ -372,12 +334,24 @@ REF_KERNEL(ref_k_max_pool2d_with_indices_backward) {
         }
     int64_t bad = 0;
     int ok = x->dtype == FL_FLOAT32
-                 ? pool_bwd_f32(&g, gs, ref_tensor_data(gy), ref_tensor_data(ind),
-                                ref_tensor_data(gx), &bad)
-                 : pool_bwd_f64(&g, gs, ref_tensor_data(gy), ref_tensor_data(ind),
-                                ref_tensor_data(gx), &bad);
+                 ? pool_bwd_f32(&g, gs, flk_data(gy), flk_data(ind),
+                                flk_data(gx), &bad)
+                 : pool_bwd_f64(&g, gs, flk_data(gy), flk_data(ind),
+                                flk_data(gx), &bad);
     if (!ok)
-        return ref_fail(&a, "index %lld out of range for a %lldx%lld plane", (long long)bad,
+        return flk_fail(&a, "index %lld out of range for a %lldx%lld plane", (long long)bad,
                         (long long)g.H, (long long)g.W);
     return FL_SUCCESS;
 }
+
+/* ---- float16 / bfloat16 through float32 copies (util/half.h) ------------------- */
+
+/* The registered kernels: the float32/float64 kernels above for those dtypes, on
+ * float32 copies for float16 and bfloat16. */
+REF_VIA_F32(k_max_pool2d_with_indices_any, "max_pool2d_with_indices",
+            k_max_pool2d_with_indices, 2, -1)
+FLK_REGISTER("max_pool2d_with_indices", FLK_FLOAT_TYPES, k_max_pool2d_with_indices_any);
+REF_VIA_F32(k_max_pool2d_with_indices_backward_any, "max_pool2d_with_indices_backward",
+            k_max_pool2d_with_indices_backward, 1, -1)
+FLK_REGISTER("max_pool2d_with_indices_backward", FLK_FLOAT_TYPES,
+             k_max_pool2d_with_indices_backward_any);

@@ -1,5 +1,6 @@
 /*
- * kernels_random.c -- normal_, uniform_, bernoulli_.float, native_dropout.
+ * random.c -- normal_, uniform_, bernoulli_.float, native_dropout and its
+ * backward.
  *
  * Counter-based: element i (row-major logical index over self's shape,
  * independent of its strides) takes the four 32-bit words of
@@ -17,7 +18,8 @@
  */
 #include <math.h>
 
-#include "kernel_util.h"
+#include "fl_kernel.h"
+#include "util/pack.h"
 
 #if defined(__AVX__)
 #include <immintrin.h>
@@ -53,7 +55,7 @@ static void philox_block(uint64_t base, uint64_t seed, int m, uint32_t *r0, uint
 }
 
 /* Branch-free cos(2*pi*v) (even Taylor polynomial on [0, pi/2] after
- * reduction, a few ulp) so the Box-Muller loop vectorises (with ref_logf); a
+ * reduction, a few ulp) so the Box-Muller loop vectorises (with flk_logf); a
  * random number generator needs distribution-level accuracy. */
 static inline float rng_cos2pi(float v) { /* v in [0, 1) */
     float w = v - (float)(int32_t)(v + 0.5f); /* [-0.5, 0.5] */
@@ -117,7 +119,7 @@ static void rng_row(char **p, const int64_t *st, int64_t n, void *vc) {
                 float rad[RNG_BLOCK], cs[RNG_BLOCK];
                 for (int j = 0; j < m; ++j) {
                     float u1 = ((float)(r0[j] >> 8) + 1.0f) * 0x1.0p-24f;
-                    rad[j] = -2.0f * ref_logf(u1);
+                    rad[j] = -2.0f * flk_logf(u1);
                     cs[j] = rng_cos2pi((float)(r2[j] >> 8) * 0x1.0p-24f);
                 }
                 int j = 0;
@@ -137,88 +139,91 @@ static void rng_row(char **p, const int64_t *st, int64_t n, void *vc) {
         char *dd = d + off * s;
         if (c->dt == FL_FLOAT32 && s == 4)
             for (int j = 0; j < m; ++j)
-                ((ref_f32 *)dd)[j] = (float)v[j];
+                ((flk_f32 *)dd)[j] = (float)v[j];
         else
-            ref_convert(dd, c->dt, s, v, FL_FLOAT64, 8, m);
+            flk_convert(dd, c->dt, s, v, FL_FLOAT64, 8, m);
     }
     c->counter += (uint64_t)n;
 }
 
-static fl_status rng_run(const ref_args *a, const fl_tensor *t, rng_ctx *c) {
-    int64_t strides[1][REF_MAX_DIMS];
-    int64_t es = (int64_t)ref_dtype_size(t->dtype);
+static fl_status rng_run(const flk_args *a, const fl_tensor *t, rng_ctx *c) {
+    int64_t strides[1][FLK_MAX_DIMS];
+    int64_t es = (int64_t)flk_dtype_size(t->dtype);
     for (int d = 0; d < t->ndim; ++d) {
         strides[0][d] = t->strides[d] * es;
         if (t->sizes[d] > 1 && t->strides[d] == 0)
-            return ref_fail(a, "self has more than one element at the same memory location");
+            return flk_fail(a, "self has more than one element at the same memory location");
     }
-    char *p = (char *)ref_tensor_data(t);
+    char *p = (char *)flk_data(t);
     /* order_op -1: logical order, so the counter follows the logical index */
-    ref_for_each_row(t->ndim, t->sizes, 1, &p, strides, -1, rng_row, c);
+    flk_for_each_row(t->ndim, t->sizes, 1, &p, strides, -1, rng_row, c);
     return FL_SUCCESS;
 }
 
 /* normal_(Tensor(a!) self, float mean=0, float std=1, *, Generator? generator=None) */
-REF_KERNEL(ref_k_normal_) {
-    ref_args a;
+FLK_KERNEL_FN(k_normal_) {
+    flk_args a;
     const fl_tensor *t;
     rng_ctx c;
     memset(&c, 0, sizeof c);
-    REF_TRY(ref_args_init(&a, "normal_", args, nargs, 5, ctx));
-    REF_TRY(ref_get_double(&a, 1, "mean", &c.p0));
-    REF_TRY(ref_get_double(&a, 2, "std", &c.p1));
-    REF_TRY(ref_get_generator(&a, 3, "generator", &c.seed, &c.counter));
-    REF_TRY(ref_get_tensor(&a, 4, "out", &t));
-    if (!ref_is_floating(t->dtype))
-        return ref_fail(&a, "dtype %s is not supported (floating types only)",
-                        ref_dtype_name(t->dtype));
+    FLK_TRY(flk_args_init(&a, "normal_", args, nargs, 5, ctx));
+    FLK_TRY(flk_get_double(&a, 1, "mean", &c.p0));
+    FLK_TRY(flk_get_double(&a, 2, "std", &c.p1));
+    FLK_TRY(flk_get_generator(&a, 3, "generator", &c.seed, &c.counter));
+    FLK_TRY(flk_get_tensor(&a, 4, "out", &t));
+    if (!flk_is_floating(t->dtype))
+        return flk_fail(&a, "dtype %s is not supported (floating types only)",
+                        flk_dtype_name(t->dtype));
     if (!(c.p1 >= 0.0))
-        return ref_fail(&a, "normal expects std >= 0.0, but found std %g", c.p1);
+        return flk_fail(&a, "normal expects std >= 0.0, but found std %g", c.p1);
     c.kind = RNG_NORMAL;
     c.dt = t->dtype;
     c.bits53 = t->dtype == FL_FLOAT64;
     return rng_run(&a, t, &c);
 }
+FLK_REGISTER("normal_", FLK_FLOAT_TYPES, k_normal_);
 
 /* uniform_(Tensor(a!) self, float from=0, float to=1, *, Generator? generator=None) */
-REF_KERNEL(ref_k_uniform_) {
-    ref_args a;
+FLK_KERNEL_FN(k_uniform_) {
+    flk_args a;
     const fl_tensor *t;
     rng_ctx c;
     memset(&c, 0, sizeof c);
-    REF_TRY(ref_args_init(&a, "uniform_", args, nargs, 5, ctx));
-    REF_TRY(ref_get_double(&a, 1, "from", &c.p0));
-    REF_TRY(ref_get_double(&a, 2, "to", &c.p1));
-    REF_TRY(ref_get_generator(&a, 3, "generator", &c.seed, &c.counter));
-    REF_TRY(ref_get_tensor(&a, 4, "out", &t));
-    if (!ref_is_floating(t->dtype))
-        return ref_fail(&a, "dtype %s is not supported (floating types only)",
-                        ref_dtype_name(t->dtype));
+    FLK_TRY(flk_args_init(&a, "uniform_", args, nargs, 5, ctx));
+    FLK_TRY(flk_get_double(&a, 1, "from", &c.p0));
+    FLK_TRY(flk_get_double(&a, 2, "to", &c.p1));
+    FLK_TRY(flk_get_generator(&a, 3, "generator", &c.seed, &c.counter));
+    FLK_TRY(flk_get_tensor(&a, 4, "out", &t));
+    if (!flk_is_floating(t->dtype))
+        return flk_fail(&a, "dtype %s is not supported (floating types only)",
+                        flk_dtype_name(t->dtype));
     if (!(c.p0 <= c.p1))
-        return ref_fail(&a, "uniform_ expects to return a [from, to) range, but found from=%g > "
+        return flk_fail(&a, "uniform_ expects to return a [from, to) range, but found from=%g > "
                             "to=%g", c.p0, c.p1);
     c.kind = RNG_UNIFORM;
     c.dt = t->dtype;
     c.bits53 = t->dtype == FL_FLOAT64;
     return rng_run(&a, t, &c);
 }
+FLK_REGISTER("uniform_", FLK_FLOAT_TYPES, k_uniform_);
 
 /* bernoulli_.float(Tensor(a!) self, float p=0.5, *, Generator? generator=None) */
-REF_KERNEL(ref_k_bernoulli__float) {
-    ref_args a;
+FLK_KERNEL_FN(k_bernoulli__float) {
+    flk_args a;
     const fl_tensor *t;
     rng_ctx c;
     memset(&c, 0, sizeof c);
-    REF_TRY(ref_args_init(&a, "bernoulli_.float", args, nargs, 4, ctx));
-    REF_TRY(ref_get_double(&a, 1, "p", &c.p0));
-    REF_TRY(ref_get_generator(&a, 2, "generator", &c.seed, &c.counter));
-    REF_TRY(ref_get_tensor(&a, 3, "out", &t));
+    FLK_TRY(flk_args_init(&a, "bernoulli_.float", args, nargs, 4, ctx));
+    FLK_TRY(flk_get_double(&a, 1, "p", &c.p0));
+    FLK_TRY(flk_get_generator(&a, 2, "generator", &c.seed, &c.counter));
+    FLK_TRY(flk_get_tensor(&a, 3, "out", &t));
     if (!(c.p0 >= 0.0 && c.p0 <= 1.0))
-        return ref_fail(&a, "bernoulli_ expects p to be in [0, 1], but got p=%g", c.p0);
+        return flk_fail(&a, "bernoulli_ expects p to be in [0, 1], but got p=%g", c.p0);
     c.kind = RNG_BERNOULLI;
     c.dt = t->dtype;
     return rng_run(&a, t, &c);
 }
+FLK_REGISTER("bernoulli_.float", FLK_REAL_TYPES, k_bernoulli__float);
 
 /* ---- dropout ------------------------------------------------------------------- */
 
@@ -252,24 +257,24 @@ static void dropout_fill(const dropout_job *j) {
 }
 
 /* native_dropout(input, p, train?) -> (output, mask) */
-REF_KERNEL(ref_k_native_dropout) {
-    ref_args a;
+FLK_KERNEL_FN(k_native_dropout) {
+    flk_args a;
     const fl_tensor *x, *y, *mask;
     double p;
     int train = 1; /* train=None means training */
-    REF_TRY(ref_args_init(&a, "native_dropout", args, nargs, 5, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "input", &x));
-    REF_TRY(ref_get_double(&a, 1, "p", &p));
-    if (!ref_arg_is_none(&a, 2))
-        REF_TRY(ref_get_bool(&a, 2, "train", &train));
-    REF_TRY(ref_get_tensor(&a, 3, "output", &y));
-    REF_TRY(ref_get_tensor(&a, 4, "mask", &mask));
-    REF_TRY(ref_check_dtype(&a, x, "input", REF_FLOAT_TYPES));
+    FLK_TRY(flk_args_init(&a, "native_dropout", args, nargs, 5, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "input", &x));
+    FLK_TRY(flk_get_double(&a, 1, "p", &p));
+    if (!flk_arg_is_none(&a, 2))
+        FLK_TRY(flk_get_bool(&a, 2, "train", &train));
+    FLK_TRY(flk_get_tensor(&a, 3, "output", &y));
+    FLK_TRY(flk_get_tensor(&a, 4, "mask", &mask));
+    FLK_TRY(flk_check_dtype(&a, x, "input", FLK_FLOAT_TYPES));
     if (!(p >= 0.0 && p <= 1.0))
-        return ref_fail(&a, "dropout probability has to be between 0 and 1, but got %g", p);
+        return flk_fail(&a, "dropout probability has to be between 0 and 1, but got %g", p);
     if (mask->dtype != FL_BOOL)
-        return ref_fail(&a, "mask must be bool, got %s", ref_dtype_name(mask->dtype));
-    const int64_t n = ref_numel(x);
+        return flk_fail(&a, "mask must be bool, got %s", flk_dtype_name(mask->dtype));
+    const int64_t n = flk_numel(x);
     const int training = train;
     dropout_job j = {.n = n, .keep = training ? 1.0 - p : 1.0,
                      .scale = !training ? 1.0 : (p < 1.0 ? 1.0 / (1.0 - p) : 0.0),
@@ -279,8 +284,8 @@ REF_KERNEL(ref_k_native_dropout) {
     void *buf[3] = {0};
     fl_status st = ref_pack(&a, x, FL_FLOAT64, &buf[0]);
     if (st == FL_SUCCESS) st = ref_alloc_f64(&a, n, (double **)&buf[1]);
-    if (st == FL_SUCCESS && !(buf[2] = ref_alloc((size_t)n)))
-        st = ref_fail(&a, "out of host memory for a %lld-element mask", (long long)n);
+    if (st == FL_SUCCESS && !(buf[2] = flk_alloc((size_t)n)))
+        st = flk_fail(&a, "out of host memory for a %lld-element mask", (long long)n);
     if (st == FL_SUCCESS) {
         j.x = buf[0], j.y = buf[1], j.mask = buf[2];
         dropout_fill(&j);
@@ -290,3 +295,28 @@ REF_KERNEL(ref_k_native_dropout) {
     ref_free_all(buf, 3);
     return st;
 }
+FLK_REGISTER("native_dropout", FLK_FLOAT_TYPES, k_native_dropout);
+
+/* native_dropout_backward(grad_output, mask, scale): grad * mask * scale, on
+ * the elementwise engine */
+FLK_DEF2_F(l_masked_scale, const T s = FLK_PARAM(T, 0);, a * b * s)
+FLK_KERNEL_FN(k_native_dropout_backward) {
+    flk_args a;
+    flk_ew_call c;
+    memset(&c, 0, sizeof c);
+    FLK_TRY(flk_args_init(&a, "native_dropout_backward", args, nargs, 4, ctx));
+    FLK_TRY(flk_get_operand(&a, 0, "grad_output", &c.in[0]));
+    FLK_TRY(flk_get_operand(&a, 1, "self", &c.in[1]));
+    FLK_TRY(flk_get_scalar(&a, 2, "scale", &c.params[0]));
+    c.param_names[0] = "scale";
+    /* PyTorch converts the scale to an integral mask's dtype (truncating) */
+    const fl_tensor *mask = c.in[1].t;
+    flk_scalar *s = &c.params[0];
+    if (mask && flk_is_integral(mask->dtype) && s->kind == FL_ARG_FLOAT)
+        *s = (flk_scalar){FL_ARG_INT, trunc(s->f), flk_double_to_i64(s->f)};
+    FLK_TRY(flk_get_tensor(&a, 3, "out", &c.out));
+    c.nin = 2;
+    c.nparams = 1;
+    return flk_ew_run(&a, FLK_LOOPS_F(l_masked_scale), FLK_EW_NO_BOOL, &c);
+}
+FLK_REGISTER("native_dropout_backward", FLK_FLOAT_TYPES, k_native_dropout_backward);

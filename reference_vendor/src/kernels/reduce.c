@@ -1,5 +1,5 @@
 /*
- * kernels_reduce.c -- sum / mean (all dims or a dim list, keepdim, dtype),
+ * reduce.c -- sum / mean (all dims or a dim list, keepdim, dtype),
  * argmax (flattened or along a dim), max / min over all elements.
  *
  * Sums accumulate in double for floating inputs or outputs and in int64 for
@@ -10,7 +10,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "kernel_util.h"
+#include "fl_kernel.h"
+#include "util/reduce_dims.h"
 
 /* ---- sum / mean ------------------------------------------------------------ */
 
@@ -24,7 +25,7 @@ typedef struct sum_ctx {
 static double row_sum_f32(const char *p, int64_t s, int64_t n) {
     double total = 0.0;
     if (s == 4) {
-        const ref_f32 *x = (const ref_f32 *)p;
+        const flk_f32 *x = (const flk_f32 *)p;
         int64_t i = 0;
         while (i + 16 <= n) {
             float acc[16] = {0};
@@ -44,11 +45,11 @@ static double row_sum_f32(const char *p, int64_t s, int64_t n) {
     double s0 = 0, s1 = 0;
     int64_t i = 0;
     for (; i + 2 <= n; i += 2) {
-        s0 += *(const ref_f32 *)(p + i * s);
-        s1 += *(const ref_f32 *)(p + (i + 1) * s);
+        s0 += *(const flk_f32 *)(p + i * s);
+        s1 += *(const flk_f32 *)(p + (i + 1) * s);
     }
     for (; i < n; ++i)
-        s0 += *(const ref_f32 *)(p + i * s);
+        s0 += *(const flk_f32 *)(p + i * s);
     return total + s0 + s1;
 }
 
@@ -56,7 +57,7 @@ static double row_sum_f64(const char *p, int64_t s, int64_t n) {
     double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     int64_t i = 0;
     if (s == 8) {
-        const ref_f64 *x = (const ref_f64 *)p;
+        const flk_f64 *x = (const flk_f64 *)p;
         for (; i + 4 <= n; i += 4) {
             s0 += x[i];
             s1 += x[i + 1];
@@ -67,7 +68,7 @@ static double row_sum_f64(const char *p, int64_t s, int64_t n) {
             s0 += x[i];
     } else {
         for (; i < n; ++i)
-            s0 += *(const ref_f64 *)(p + i * s);
+            s0 += *(const flk_f64 *)(p + i * s);
     }
     return (s0 + s1) + (s2 + s3);
 }
@@ -82,12 +83,12 @@ static void sum_row(char **p, const int64_t *st, int64_t n, void *vc) {
         if (as == 0) {
             uint64_t s = 0;
             for (int64_t i = 0; i < n; ++i)
-                s += (uint64_t)ref_load_i64(x + i * xs, c->in_dt);
+                s += (uint64_t)flk_load_i64(x + i * xs, c->in_dt);
             *(int64_t *)acc = (int64_t)((uint64_t) * (int64_t *)acc + s);
         } else {
             for (int64_t i = 0; i < n; ++i) {
                 int64_t *ap = (int64_t *)(acc + i * as);
-                *ap = (int64_t)((uint64_t)*ap + (uint64_t)ref_load_i64(x + i * xs, c->in_dt));
+                *ap = (int64_t)((uint64_t)*ap + (uint64_t)flk_load_i64(x + i * xs, c->in_dt));
             }
         }
         return;
@@ -101,7 +102,7 @@ static void sum_row(char **p, const int64_t *st, int64_t n, void *vc) {
         else {
             s = 0;
             for (int64_t i = 0; i < n; ++i)
-                s += ref_load_f64(x + i * xs, c->in_dt);
+                s += flk_load_f64(x + i * xs, c->in_dt);
         }
         *(double *)acc += s;
         return;
@@ -109,25 +110,25 @@ static void sum_row(char **p, const int64_t *st, int64_t n, void *vc) {
     if (c->in_dt == FL_FLOAT32 && as == 8) {
         double *ap = (double *)acc;
         if (xs == 4) {
-            const ref_f32 *xp = (const ref_f32 *)x;
+            const flk_f32 *xp = (const flk_f32 *)x;
             for (int64_t i = 0; i < n; ++i)
                 ap[i] += xp[i];
         } else {
             for (int64_t i = 0; i < n; ++i)
-                ap[i] += *(const ref_f32 *)(x + i * xs);
+                ap[i] += *(const flk_f32 *)(x + i * xs);
         }
         return;
     }
     for (int64_t i = 0; i < n; ++i)
-        *(double *)(acc + i * as) += ref_load_f64(x + i * xs, c->in_dt);
+        *(double *)(acc + i * as) += flk_load_f64(x + i * xs, c->in_dt);
 }
 
 /* Reduce `in` over the dims flagged in rmask into `out` (keepdim or not). */
-static fl_status sum_impl(const ref_args *a, const fl_tensor *in, const uint8_t *rmask,
+static fl_status sum_impl(const flk_args *a, const fl_tensor *in, const uint8_t *rmask,
                           const fl_tensor *out, int mean) {
     int nd = in->ndim;
-    int64_t kept_sizes[REF_MAX_DIMS];
-    int kept_dims[REF_MAX_DIMS];
+    int64_t kept_sizes[FLK_MAX_DIMS];
+    int kept_dims[FLK_MAX_DIMS];
     int nk = 0;
     int64_t K = 1, count = 1;
     for (int d = 0; d < nd; ++d) {
@@ -139,26 +140,26 @@ static fl_status sum_impl(const ref_args *a, const fl_tensor *in, const uint8_t 
             K *= in->sizes[d];
         }
     }
-    if (ref_numel(out) != K)
-        return ref_fail(a, "output has %lld elements, expected %lld",
-                        (long long)ref_numel(out), (long long)K);
+    if (flk_numel(out) != K)
+        return flk_fail(a, "output has %lld elements, expected %lld",
+                        (long long)flk_numel(out), (long long)K);
     if (!(out->ndim == nd || out->ndim == nk))
-        return ref_fail(a, "output has %d dims, expected %d (keepdim) or %d", (int)out->ndim,
+        return flk_fail(a, "output has %d dims, expected %d (keepdim) or %d", (int)out->ndim,
                         nd, nk);
-    if (mean && !ref_is_floating(out->dtype))
-        return ref_fail(a, "mean needs a floating output dtype, got %s",
-                        ref_dtype_name(out->dtype));
-    int int_acc = !ref_is_floating(in->dtype) && !ref_is_floating(out->dtype);
+    if (mean && !flk_is_floating(out->dtype))
+        return flk_fail(a, "mean needs a floating output dtype, got %s",
+                        flk_dtype_name(out->dtype));
+    int int_acc = !flk_is_floating(in->dtype) && !flk_is_floating(out->dtype);
     if (K == 0)
         return FL_SUCCESS;
 
     void *acc = calloc((size_t)K, 8);
     if (!acc)
-        return ref_fail(a, "out of host memory for %lld accumulators", (long long)K);
+        return flk_fail(a, "out of host memory for %lld accumulators", (long long)K);
 
     if (count > 0) {
-        int64_t strides[2][REF_MAX_DIMS];
-        int64_t es = (int64_t)ref_dtype_size(in->dtype);
+        int64_t strides[2][FLK_MAX_DIMS];
+        int64_t es = (int64_t)flk_dtype_size(in->dtype);
         int64_t run = 8;
         for (int d = nd - 1; d >= 0; --d) {
             strides[1][d] = in->strides[d] * es;
@@ -169,26 +170,26 @@ static fl_status sum_impl(const ref_args *a, const fl_tensor *in, const uint8_t 
                 run *= in->sizes[d];
             }
         }
-        char *ptrs[2] = {(char *)acc, (char *)ref_tensor_data(in)};
+        char *ptrs[2] = {(char *)acc, (char *)flk_data(in)};
         sum_ctx c = {in->dtype, int_acc};
-        ref_for_each_row(nd, in->sizes, 2, ptrs, strides, 1, sum_row, &c);
+        flk_for_each_row(nd, in->sizes, 2, ptrs, strides, 1, sum_row, &c);
     }
 
     /* write the accumulators (kept dims in order) to out */
-    int64_t ostr[REF_MAX_DIMS];
-    int64_t oes = (int64_t)ref_dtype_size(out->dtype);
+    int64_t ostr[FLK_MAX_DIMS];
+    int64_t oes = (int64_t)flk_dtype_size(out->dtype);
     for (int k = 0; k < nk; ++k)
         ostr[k] = (out->ndim == nd ? out->strides[kept_dims[k]] : out->strides[k]) * oes;
-    int64_t idx[REF_MAX_DIMS] = {0};
-    char *o = (char *)ref_tensor_data(out);
+    int64_t idx[FLK_MAX_DIMS] = {0};
+    char *o = (char *)flk_data(out);
     for (int64_t j = 0; j < K; ++j) {
         if (int_acc) {
-            ref_store_i64(o, out->dtype, ((int64_t *)acc)[j]);
+            flk_store_i64(o, out->dtype, ((int64_t *)acc)[j]);
         } else {
             double v = ((double *)acc)[j];
             if (mean)
                 v = v / (double)count;
-            ref_store_f64(o, out->dtype, v);
+            flk_store_f64(o, out->dtype, v);
         }
         for (int k = nk - 1; k >= 0; --k) {
             o += ostr[k];
@@ -202,66 +203,48 @@ static fl_status sum_impl(const ref_args *a, const fl_tensor *in, const uint8_t 
     return FL_SUCCESS;
 }
 
-fl_status ref_reduce_dim_mask(const ref_args *a, const fl_tensor *in, uint32_t argi,
-                              uint8_t *rmask) {
-    int present;
-    const int64_t *dims;
-    uint32_t nd;
-    REF_TRY(ref_get_opt_int_list(a, argi, "dim", &present, &dims, &nd));
-    memset(rmask, 0, REF_MAX_DIMS);
-    if (!present || nd == 0) {
-        memset(rmask, 1, (size_t)in->ndim);
-        return FL_SUCCESS;
-    }
-    for (uint32_t i = 0; i < nd; ++i) {
-        int32_t d;
-        REF_TRY(ref_wrap_dim(a, dims[i], in->ndim, &d));
-        if (in->ndim == 0)
-            continue;
-        if (rmask[d])
-            return ref_fail(a, "dim %d appears multiple times in the list of dims", (int)d);
-        rmask[d] = 1;
-    }
-    return FL_SUCCESS;
-}
-
-static fl_status sum_all(const char *op, const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx,
+static fl_status sum_all(const char *op, const fl_arg *args, uint32_t nargs, flk_ctx *ctx,
                          int mean) {
-    ref_args a;
+    flk_args a;
     const fl_tensor *in, *out;
-    REF_TRY(ref_args_init(&a, op, args, nargs, 3, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &in));
-    REF_TRY(ref_get_tensor(&a, 2, "out", &out));
-    uint8_t rmask[REF_MAX_DIMS];
+    FLK_TRY(flk_args_init(&a, op, args, nargs, 3, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &in));
+    FLK_TRY(flk_get_tensor(&a, 2, "out", &out));
+    uint8_t rmask[FLK_MAX_DIMS];
     memset(rmask, 1, sizeof rmask);
     return sum_impl(&a, in, rmask, out, mean);
 }
 
-static fl_status sum_dims(const char *op, const fl_arg *args, uint32_t nargs, ref_kernel_ctx *ctx,
+static fl_status sum_dims(const char *op, const fl_arg *args, uint32_t nargs, flk_ctx *ctx,
                           int mean) {
-    ref_args a;
+    flk_args a;
     const fl_tensor *in, *out;
     int keepdim;
-    REF_TRY(ref_args_init(&a, op, args, nargs, 5, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &in));
-    REF_TRY(ref_get_bool(&a, 2, "keepdim", &keepdim));
-    REF_TRY(ref_get_tensor(&a, 4, "out", &out));
-    uint8_t rmask[REF_MAX_DIMS];
-    REF_TRY(ref_reduce_dim_mask(&a, in, 1, rmask));
+    FLK_TRY(flk_args_init(&a, op, args, nargs, 5, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &in));
+    FLK_TRY(flk_get_bool(&a, 2, "keepdim", &keepdim));
+    FLK_TRY(flk_get_tensor(&a, 4, "out", &out));
+    uint8_t rmask[FLK_MAX_DIMS];
+    FLK_TRY(ref_reduce_dim_mask(&a, in, 1, rmask));
     return sum_impl(&a, in, rmask, out, mean);
 }
 
-REF_KERNEL(ref_k_sum) { return sum_all("sum", args, nargs, ctx, 0); }
-REF_KERNEL(ref_k_mean) { return sum_all("mean", args, nargs, ctx, 1); }
-REF_KERNEL(ref_k_sum_dim) { return sum_dims("sum.dim_IntList", args, nargs, ctx, 0); }
-REF_KERNEL(ref_k_mean_dim) { return sum_dims("mean.dim", args, nargs, ctx, 1); }
+FLK_KERNEL_FN(k_sum) { return sum_all("sum", args, nargs, ctx, 0); }
+FLK_REGISTER("sum", FLK_REAL_TYPES, k_sum);
+FLK_KERNEL_FN(k_mean) { return sum_all("mean", args, nargs, ctx, 1); }
+FLK_REGISTER("mean", FLK_FLOAT_TYPES, k_mean);
+FLK_KERNEL_FN(k_sum_dim) { return sum_dims("sum.dim_IntList", args, nargs, ctx, 0); }
+FLK_REGISTER("sum.dim_IntList", FLK_REAL_TYPES, k_sum_dim);
+FLK_KERNEL_FN(k_mean_dim) { return sum_dims("mean.dim", args, nargs, ctx, 1); }
+FLK_REGISTER("mean.dim", FLK_FLOAT_TYPES, k_mean_dim);
 
 /* sum.IntList_out(self, dim, keepdim, *, dtype, out): the runtime has already
  * resized `out` to the result's shape (PyTorch's resize_output) */
-static REF_KERNEL(sum_intlist_out) { return sum_dims("sum.IntList_out", args, nargs, ctx, 0); }
-REF_KERNEL(ref_k_sum_intlist_out) {
-    return ref_out_variant("sum.IntList_out", args, nargs, ctx, sum_intlist_out);
+FLK_KERNEL_FN(sum_intlist_out) { return sum_dims("sum.IntList_out", args, nargs, ctx, 0); }
+FLK_KERNEL_FN(k_sum_intlist_out) {
+    return flk_out_variant("sum.IntList_out", args, nargs, ctx, sum_intlist_out);
 }
+FLK_REGISTER("sum.IntList_out", FLK_REAL_TYPES, k_sum_intlist_out);
 
 /* ---- max / min over everything -------------------------------------------------- */
 
@@ -279,7 +262,7 @@ static void minmax_row(char **p, const int64_t *st, int64_t n, void *vc) {
     const char *x = p[0];
     int64_t s = st[0];
     if (c->is_float) {
-        double best = c->seen ? c->fv : ref_load_f64(x, c->dt);
+        double best = c->seen ? c->fv : flk_load_f64(x, c->dt);
         if (best != best) {
             c->seen = 1;
             c->fv = best;
@@ -288,7 +271,7 @@ static void minmax_row(char **p, const int64_t *st, int64_t n, void *vc) {
         if (c->dt == FL_FLOAT32) {
             float b = (float)best;
             for (int64_t i = 0; i < n; ++i) {
-                float v = *(const ref_f32 *)(x + i * s);
+                float v = *(const flk_f32 *)(x + i * s);
                 if (v != v) {
                     b = v;
                     break;
@@ -299,7 +282,7 @@ static void minmax_row(char **p, const int64_t *st, int64_t n, void *vc) {
             best = b;
         } else {
             for (int64_t i = 0; i < n; ++i) {
-                double v = ref_load_f64(x + i * s, c->dt);
+                double v = flk_load_f64(x + i * s, c->dt);
                 if (v != v) {
                     best = v;
                     break;
@@ -310,9 +293,9 @@ static void minmax_row(char **p, const int64_t *st, int64_t n, void *vc) {
         }
         c->fv = best;
     } else {
-        int64_t best = c->seen ? c->iv : ref_load_i64(x, c->dt);
+        int64_t best = c->seen ? c->iv : flk_load_i64(x, c->dt);
         for (int64_t i = 0; i < n; ++i) {
-            int64_t v = ref_load_i64(x + i * s, c->dt);
+            int64_t v = flk_load_i64(x + i * s, c->dt);
             if (c->is_max ? v > best : v < best)
                 best = v;
         }
@@ -322,32 +305,34 @@ static void minmax_row(char **p, const int64_t *st, int64_t n, void *vc) {
 }
 
 static fl_status minmax_all(const char *op, const fl_arg *args, uint32_t nargs,
-                            ref_kernel_ctx *ctx, int is_max) {
-    ref_args a;
+                            flk_ctx *ctx, int is_max) {
+    flk_args a;
     const fl_tensor *in, *out;
-    REF_TRY(ref_args_init(&a, op, args, nargs, 2, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &in));
-    REF_TRY(ref_get_tensor(&a, 1, "out", &out));
-    if (ref_numel(in) == 0)
-        return ref_fail(&a, "expected reduction dim to be specified for input.numel() == 0");
-    if (ref_numel(out) != 1)
-        return ref_fail(&a, "output must have one element");
-    mm_ctx c = {in->dtype, is_max, 0, ref_is_floating(in->dtype), 0.0, 0};
-    int64_t strides[1][REF_MAX_DIMS];
-    int64_t es = (int64_t)ref_dtype_size(in->dtype);
+    FLK_TRY(flk_args_init(&a, op, args, nargs, 2, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &in));
+    FLK_TRY(flk_get_tensor(&a, 1, "out", &out));
+    if (flk_numel(in) == 0)
+        return flk_fail(&a, "expected reduction dim to be specified for input.numel() == 0");
+    if (flk_numel(out) != 1)
+        return flk_fail(&a, "output must have one element");
+    mm_ctx c = {in->dtype, is_max, 0, flk_is_floating(in->dtype), 0.0, 0};
+    int64_t strides[1][FLK_MAX_DIMS];
+    int64_t es = (int64_t)flk_dtype_size(in->dtype);
     for (int d = 0; d < in->ndim; ++d)
         strides[0][d] = in->strides[d] * es;
-    char *p = (char *)ref_tensor_data(in);
-    ref_for_each_row(in->ndim, in->sizes, 1, &p, strides, 0, minmax_row, &c);
+    char *p = (char *)flk_data(in);
+    flk_for_each_row(in->ndim, in->sizes, 1, &p, strides, 0, minmax_row, &c);
     if (c.is_float)
-        ref_store_f64(ref_tensor_data(out), out->dtype, c.fv);
+        flk_store_f64(flk_data(out), out->dtype, c.fv);
     else
-        ref_store_i64(ref_tensor_data(out), out->dtype, c.iv);
+        flk_store_i64(flk_data(out), out->dtype, c.iv);
     return FL_SUCCESS;
 }
 
-REF_KERNEL(ref_k_max) { return minmax_all("max", args, nargs, ctx, 1); }
-REF_KERNEL(ref_k_min) { return minmax_all("min", args, nargs, ctx, 0); }
+FLK_KERNEL_FN(k_max) { return minmax_all("max", args, nargs, ctx, 1); }
+FLK_REGISTER("max", FLK_REAL_TYPES, k_max);
+FLK_KERNEL_FN(k_min) { return minmax_all("min", args, nargs, ctx, 0); }
+FLK_REGISTER("min", FLK_REAL_TYPES, k_min);
 
 /* ---- argmax ------------------------------------------------------------------------ */
 
@@ -362,7 +347,7 @@ typedef struct am_state {
 
 static inline void am_push(am_state *s, const char *p, int32_t dt, int64_t index) {
     if (s->is_float) {
-        double v = ref_load_f64(p, dt);
+        double v = flk_load_f64(p, dt);
         if (!s->seen) {
             s->seen = 1;
             s->fv = v;
@@ -376,7 +361,7 @@ static inline void am_push(am_state *s, const char *p, int32_t dt, int64_t index
             s->idx = index;
         }
     } else {
-        int64_t v = ref_load_i64(p, dt);
+        int64_t v = flk_load_i64(p, dt);
         if (!s->seen || v > s->iv) {
             s->seen = 1;
             s->iv = v;
@@ -391,7 +376,7 @@ static inline void am_run_f32(am_state *s, const char *p, int64_t stride, int64_
     int64_t j = 0;
     if (!s->seen && n > 0) {
         s->seen = 1;
-        s->fv = *(const ref_f32 *)p;
+        s->fv = *(const flk_f32 *)p;
         s->idx = base;
         j = 1;
     }
@@ -400,7 +385,7 @@ static inline void am_run_f32(am_state *s, const char *p, int64_t stride, int64_
     float best = (float)s->fv;
     int64_t bi = s->idx;
     for (; j < n; ++j) {
-        float v = *(const ref_f32 *)(p + j * stride);
+        float v = *(const flk_f32 *)(p + j * stride);
         if (v > best) {
             best = v;
             bi = base + j;
@@ -419,7 +404,6 @@ typedef struct am_flat_ctx {
     int32_t dt;
     int64_t counter;
 } am_flat_ctx;
-
 
 static void am_flat_row(char **p, const int64_t *st, int64_t n, void *vc) {
     am_flat_ctx *c = (am_flat_ctx *)vc;
@@ -447,65 +431,65 @@ static void am_dim_row(char **p, const int64_t *st, int64_t n, void *vc) {
         else
             for (int64_t j = 0; j < c->len; ++j)
                 am_push(&s, x + j * c->stride, c->dt, j);
-        *(ref_i64 *)(p[1] + i * st[1]) = s.idx;
+        *(flk_i64 *)(p[1] + i * st[1]) = s.idx;
     }
 }
 
 /* argmax(Tensor self, int? dim=None, bool keepdim=False) */
-REF_KERNEL(ref_k_argmax) {
-    ref_args a;
+FLK_KERNEL_FN(k_argmax) {
+    flk_args a;
     const fl_tensor *in, *out;
     int has_dim, keepdim;
     int64_t dim = 0;
-    REF_TRY(ref_args_init(&a, "argmax", args, nargs, 4, ctx));
-    REF_TRY(ref_get_tensor(&a, 0, "self", &in));
-    REF_TRY(ref_get_opt_int(&a, 1, "dim", &has_dim, &dim));
-    REF_TRY(ref_get_bool(&a, 2, "keepdim", &keepdim));
-    REF_TRY(ref_get_tensor(&a, 3, "out", &out));
+    FLK_TRY(flk_args_init(&a, "argmax", args, nargs, 4, ctx));
+    FLK_TRY(flk_get_tensor(&a, 0, "self", &in));
+    FLK_TRY(flk_get_opt_int(&a, 1, "dim", &has_dim, &dim));
+    FLK_TRY(flk_get_bool(&a, 2, "keepdim", &keepdim));
+    FLK_TRY(flk_get_tensor(&a, 3, "out", &out));
     if (in->dtype == FL_BOOL)
-        return ref_fail(&a, "bool input is not supported");
+        return flk_fail(&a, "bool input is not supported");
     if (out->dtype != FL_INT64)
-        return ref_fail(&a, "output must be int64, got %s", ref_dtype_name(out->dtype));
-    int64_t es = (int64_t)ref_dtype_size(in->dtype);
-    int is_float = ref_is_floating(in->dtype);
+        return flk_fail(&a, "output must be int64, got %s", flk_dtype_name(out->dtype));
+    int64_t es = (int64_t)flk_dtype_size(in->dtype);
+    int is_float = flk_is_floating(in->dtype);
 
     if (!has_dim || in->ndim == 0) {
         if (has_dim) {
             int32_t d;
-            REF_TRY(ref_wrap_dim(&a, dim, in->ndim, &d));
+            FLK_TRY(flk_wrap_dim(&a, dim, in->ndim, &d));
         }
-        if (ref_numel(in) == 0)
-            return ref_fail(&a, "expected reduction dim to be specified for input.numel() == 0");
-        if (ref_numel(out) != 1)
-            return ref_fail(&a, "output must have one element");
+        if (flk_numel(in) == 0)
+            return flk_fail(&a, "expected reduction dim to be specified for input.numel() == 0");
+        if (flk_numel(out) != 1)
+            return flk_fail(&a, "output must have one element");
         am_flat_ctx c;
         memset(&c, 0, sizeof c);
         c.s.is_float = is_float;
         c.dt = in->dtype;
-        int64_t strides[1][REF_MAX_DIMS];
+        int64_t strides[1][FLK_MAX_DIMS];
         for (int d = 0; d < in->ndim; ++d)
             strides[0][d] = in->strides[d] * es;
-        char *p = (char *)ref_tensor_data(in);
-        ref_for_each_row(in->ndim, in->sizes, 1, &p, strides, -1, am_flat_row, &c);
-        *(ref_i64 *)ref_tensor_data(out) = c.s.idx;
+        char *p = (char *)flk_data(in);
+        flk_for_each_row(in->ndim, in->sizes, 1, &p, strides, -1, am_flat_row, &c);
+        *(flk_i64 *)flk_data(out) = c.s.idx;
         return FL_SUCCESS;
     }
 
     int32_t rd;
-    REF_TRY(ref_wrap_dim(&a, dim, in->ndim, &rd));
+    FLK_TRY(flk_wrap_dim(&a, dim, in->ndim, &rd));
     if (in->sizes[rd] == 0)
-        return ref_fail(&a, "expected reduction dim %d to have non-zero size", (int)rd);
+        return flk_fail(&a, "expected reduction dim %d to have non-zero size", (int)rd);
     int nd = in->ndim;
-    int64_t sizes[REF_MAX_DIMS];
-    int64_t strides[2][REF_MAX_DIMS];
+    int64_t sizes[FLK_MAX_DIMS];
+    int64_t strides[2][FLK_MAX_DIMS];
     int64_t expected = 1;
     for (int d = 0; d < nd; ++d) {
         sizes[d] = d == rd ? 1 : in->sizes[d];
         expected *= sizes[d];
         strides[0][d] = in->strides[d] * es;
     }
-    if (ref_numel(out) != expected || !(out->ndim == nd || out->ndim == nd - 1))
-        return ref_fail(&a, "output shape does not match the reduction");
+    if (flk_numel(out) != expected || !(out->ndim == nd || out->ndim == nd - 1))
+        return flk_fail(&a, "output shape does not match the reduction");
     for (int d = 0, k = 0; d < nd; ++d) {
         if (out->ndim == nd) {
             strides[1][d] = out->strides[d] * 8;
@@ -516,8 +500,9 @@ REF_KERNEL(ref_k_argmax) {
         }
     }
     am_dim_ctx c = {in->dtype, is_float, in->sizes[rd], in->strides[rd] * es};
-    char *ptrs[2] = {(char *)ref_tensor_data(in), (char *)ref_tensor_data(out)};
-    ref_for_each_row(nd, sizes, 2, ptrs, strides, 0, am_dim_row, &c);
+    char *ptrs[2] = {(char *)flk_data(in), (char *)flk_data(out)};
+    flk_for_each_row(nd, sizes, 2, ptrs, strides, 0, am_dim_row, &c);
     (void)keepdim;
     return FL_SUCCESS;
 }
+FLK_REGISTER("argmax", FLK_NUM_TYPES, k_argmax);
