@@ -2,8 +2,8 @@
  * driver.h -- the reference chip's "driver": everything the plugin does
  * besides computing (memory, streams, events, the kernel table, launches).
  *
- * LAYERS.  Each file calls only the files listed before it (the ones below
- * it in the stack); nothing calls upward, so there is no call circle:
+ * LAYERS.  Each file calls only the files listed below it; nothing calls
+ * upward, so there is no call circle:
  *
  *   plugin.c   entry point, the fl_api table, plugin info      (top)
  *   launch.c   the kernel table handed to the runtime, launch_kernel
