@@ -3,10 +3,26 @@
 plugin.yaml names the library, its C sources (globs, relative to the plugin
 directory), extra compiler flags and well-known libraries to link
 ('openblas' resolves to the scipy-openblas32 package).  Everything compiles
-with -Wall -Wextra -Werror against the SDK's fl_abi.h.
+with -Wall -Wextra -Werror against the SDK's headers (fl_sdk/include: fl_abi.h,
+fl_kernel.h), with the plugin's `src/` directory on the include path.
+
+Keys:
+  library        the shared library to write, relative to the plugin directory
+  sources        globs of C sources, relative to the plugin directory
+  cflags         extra compiler flags (optional)
+  link           well-known libraries to link: openblas, m, dl, rt (optional)
+  sdk_libraries  SDK libraries compiled into the plugin with its own flags
+                 (optional): `kernel` is the kernel library of fl_kernel.h
+                 (fl_sdk/kernel_lib/: argument access, dtype conversion, type
+                 promotion, strided iteration, the elementwise engine and the
+                 kernel registry that builds the plugin's kernel table)
+
+`read_spec` resolves sdk_libraries into the spec's sources (absolute paths
+after the plugin's own globs), so a spec's `sources` alone rebuild it.
 """
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
@@ -17,6 +33,9 @@ import yaml
 
 from . import INCLUDE_DIR
 from .plugin_meta import PluginMetaError, write_metadata
+
+# The SDK's C libraries a plugin.yaml may ask for (sdk_libraries), by name.
+SDK_LIBRARIES = {"kernel": Path(__file__).resolve().parent / "kernel_lib"}
 
 BASE_FLAGS = ["-std=gnu11", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Werror"]
 
@@ -32,6 +51,7 @@ class PluginSpec:
     sources: list[str]
     cflags: list[str]
     links: list[str]
+    sdk_libraries: tuple[str, ...] = ()
 
     @property
     def library_path(self) -> Path:
@@ -46,8 +66,21 @@ def read_spec(directory: Path) -> PluginSpec:
     missing = [key for key in ("library", "sources") if key not in raw]
     if missing:
         raise BuildError(f"{spec_file}: missing key(s) {', '.join(missing)}")
-    return PluginSpec(directory, raw["library"], list(raw["sources"]), list(raw.get("cflags", [])),
-                      list(raw.get("link", [])))
+    libraries = tuple(raw.get("sdk_libraries") or ())
+    unknown = [name for name in libraries if name not in SDK_LIBRARIES]
+    if unknown:
+        raise BuildError(f"{spec_file}: unknown sdk_libraries {', '.join(unknown)} "
+                         f"(known: {', '.join(SDK_LIBRARIES)})")
+    sources = list(raw["sources"]) + [str(SDK_LIBRARIES[name] / "*.c") for name in libraries]
+    return PluginSpec(directory, raw["library"], sources, list(raw.get("cflags", [])),
+                      list(raw.get("link", [])), libraries)
+
+
+def _matches(directory: Path, pattern: str) -> list[Path]:
+    """The files a sources glob names: relative to the plugin directory, or absolute."""
+    if Path(pattern).is_absolute():
+        return [Path(p) for p in glob.glob(pattern)]
+    return list(directory.glob(pattern))
 
 
 def _link_flags(name: str) -> list[str]:
@@ -72,7 +105,7 @@ def compiler() -> str:
 
 
 def build_command(spec: PluginSpec, output: Path | None = None, run_paths: tuple[str, ...] = ()) -> list[str]:
-    sources = sorted({str(p) for pattern in spec.sources for p in spec.directory.glob(pattern)})
+    sources = sorted({str(p) for pattern in spec.sources for p in _matches(spec.directory, pattern)})
     if not sources:
         raise BuildError(f"{spec.directory}: plugin.yaml sources {spec.sources} match no file")
     links = [flag for name in spec.links for flag in _link_flags(name)]
@@ -120,6 +153,6 @@ def _up_to_date(spec: PluginSpec, command: list[str], target: Path) -> bool:
     if not target.exists():
         return False
     inputs = [Path(p) for p in command if p.endswith(".c")]
-    inputs += list((spec.directory / "src").glob("*.h")) + [spec.directory / "plugin.yaml",
-                                                           INCLUDE_DIR / "fl_abi.h"]
+    inputs += list((spec.directory / "src").rglob("*.h")) + list(INCLUDE_DIR.glob("*.h"))
+    inputs += [spec.directory / "plugin.yaml"]
     return all(p.stat().st_mtime <= target.stat().st_mtime for p in inputs if p.exists())

@@ -1,12 +1,18 @@
 /*
- * event.c -- events.
+ * event.c -- events, event_record and stream_wait_event.
  *
  * Streams run their work when it is enqueued (stream.c), so recording an event
  * completes it at once: it takes the host clock and is then always done.
  *
- * TODO(vendor): record the chip's event on the stream's queue; query and
- * synchronize must then look at the latest record, and elapsed_ms read the
- * device's timestamps.
+ * TODO(vendor): record the chip's event on the stream's queue.  The
+ * semantics to keep are the reference vendor's (reference_vendor/src/driver/
+ * event.c in torch-fl; fl_abi.h states the ABI's part): an event may be
+ * recorded only on a stream of its own device; recording again moves the event
+ * to the new record, and query, synchronize and stream_wait_event refer to the
+ * record that was latest when they were called (never recorded: nothing to
+ * wait for); elapsed_ms is FL_ERROR_INVALID_VALUE when either event was never
+ * recorded or the two are on different devices, FL_NOT_READY while either
+ * record is pending, and then the device's time between the two records.
  */
 #include "internal.h"
 
@@ -56,19 +62,29 @@ fl_status plg_event_synchronize(fl_event event) { return plg_event_check(event, 
 fl_status plg_event_query(fl_event event) { return plg_event_check(event, "event_query"); }
 
 fl_status plg_event_elapsed_ms(fl_event start, fl_event end, float *ms) {
-    fl_status status = plg_event_check(start, "event_elapsed_ms");
+    fl_status status = plg_event_check(start, "event_elapsed_ms (start)");
     if (status == FL_SUCCESS)
-        status = plg_event_check(end, "event_elapsed_ms");
+        status = plg_event_check(end, "event_elapsed_ms (end)");
     if (status != FL_SUCCESS)
         return status;
     if (!ms)
         return plg_fail(FL_ERROR_INVALID_POINTER, "event_elapsed_ms: ms is NULL");
     pthread_mutex_lock(&g_event_lock);
-    int recorded = start->recorded && end->recorded;
+    int start_recorded = start->recorded, end_recorded = end->recorded;
     double elapsed = end->time_ms - start->time_ms;
     pthread_mutex_unlock(&g_event_lock);
-    if (!recorded)
-        return plg_fail(FL_ERROR_INVALID_VALUE, "event_elapsed_ms: an event was never recorded");
+    if (!start_recorded || !end_recorded)
+        return plg_fail(FL_ERROR_INVALID_VALUE, "event_elapsed_ms: the %s event was never recorded",
+                        start_recorded ? "end" : "start");
+    if (start->device != end->device)
+        return plg_fail(FL_ERROR_INVALID_VALUE, "event_elapsed_ms: events are on different devices (%d and %d)",
+                        start->device, end->device);
     *ms = (float)elapsed;
     return FL_SUCCESS;
+}
+
+/* Work already enqueued has run, so a recorded event is always complete. */
+fl_status plg_stream_wait_event(fl_stream stream, fl_event event) {
+    fl_status status = plg_stream_check(stream, "stream_wait_event");
+    return status == FL_SUCCESS ? plg_event_check(event, "stream_wait_event") : status;
 }

@@ -6,9 +6,10 @@
  * before the record is done", and synchronize/query have nothing to wait for.
  *
  * TODO(vendor): create the chip's queue in stream_create and make the *_async
- * calls, event records/waits and kernel launches enqueue on it.  Errors of
- * asynchronous work must then become sticky on the stream and be returned,
- * once, by the next stream_synchronize / stream_query (see fl_abi.h).
+ * calls, event records/waits (event.c) and kernel launches (launch.c) enqueue
+ * on it.  Errors of asynchronous work must then become sticky on the stream
+ * and be returned, once, by the next stream_synchronize / stream_query (see
+ * fl_abi.h, "ERRORS").
  */
 #include "internal.h"
 
@@ -33,9 +34,3 @@ fl_status plg_stream_destroy(fl_stream stream) {
 fl_status plg_stream_synchronize(fl_stream stream) { return plg_stream_check(stream, "stream_synchronize"); }
 
 fl_status plg_stream_query(fl_stream stream) { return plg_stream_check(stream, "stream_query"); }
-
-/* Work already enqueued has run, so a recorded event is always complete. */
-fl_status plg_stream_wait_event(fl_stream stream, fl_event event) {
-    fl_status status = plg_stream_check(stream, "stream_wait_event");
-    return status == FL_SUCCESS ? plg_event_check(event, "stream_wait_event") : status;
-}

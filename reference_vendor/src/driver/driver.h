@@ -1,0 +1,198 @@
+/*
+ * driver.h -- the reference chip's "driver": everything the plugin does
+ * besides computing (memory, streams, events, the kernel table, launches).
+ *
+ * LAYERS.  Each file calls only the files listed below it; nothing calls
+ * upward, so there is no call circle:
+ *
+ *   plugin.c   entry point, the fl_api table, plugin info      (top)
+ *   launch.c   the kernel table handed to the runtime, launch_kernel
+ *   copy.c     memcpy_*_async and memset_async
+ *   event.c    events, event_record and stream_wait_event
+ *   stream.c   streams: a device and a queue
+ *   memory.c   the device-memory allocator and range checks
+ *   device.c   devices: settings, properties, their memory mappings
+ *   queue.c    task queues and the worker thread draining each one
+ *   error.c    the per-thread last error message               (bottom)
+ *
+ * The queue knows nothing of events: an event's record and wait reach the
+ * worker as host-function tasks (DRV_TASK_HOST) whose function event.c
+ * supplies.  Kernels (../kernels/) are not part of the driver: they register
+ * themselves (FLK_REGISTER), launch.c hands the runtime the table the SDK
+ * kernel library gathers (flk_table), and the queue runs them through the
+ * SDK's kernel interface (fl_kernel.h, section 1).
+ *
+ * Nothing here is part of the ABI; only fl_plugin_get_api (and the
+ * benchmarks' fl_reference_kernel_time_ns) is exported.  Driver-internal
+ * names use the drv_ prefix.
+ */
+#ifndef DRV_DRIVER_H
+#define DRV_DRIVER_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* memfd_create, MAP_NORESERVE, fallocate */
+#endif
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "fl_kernel.h"
+
+/* Everything declared below is private to the shared object. */
+#pragma GCC visibility push(hidden)
+
+#define DRV_MAX_DEVICES 16
+#define DRV_MESSAGE_MAX 1024
+
+/* ---- error.c: the per-thread last error message ------------------------- */
+
+/* Set the calling thread's last error message and return `status`. */
+fl_status drv_fail(fl_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+const char *drv_last_error_message(void);
+
+/* ---- queue.c: task queues and their worker threads ---------------------- */
+
+typedef enum drv_task_kind {
+    DRV_TASK_KERNEL,
+    DRV_TASK_COPY,
+    DRV_TASK_MEMSET,
+    DRV_TASK_HOST         /* a host function, e.g. an event's record or wait */
+} drv_task_kind;
+
+/* One queued unit of work; small and copied by value into a ring. */
+typedef struct drv_task {
+    drv_task_kind kind;
+    union {
+        struct { const flk_kernel *def; fl_arg *args; uint32_t nargs; } kernel;
+        struct { void *dst; const void *src; uint64_t size; } copy;
+        struct { void *dst; uint64_t size; uint8_t value; } set;
+        struct { void (*fn)(void *obj, uint64_t value); void *obj; uint64_t value; } host;
+    } u;
+} drv_task;
+
+/* A FIFO ring of tasks drained by one worker thread (queue.c says how). */
+typedef struct drv_queue {
+    int32_t device;                  /* handed to kernels in their context */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t work_cv;          /* the worker waits here for tasks */
+    pthread_cond_t done_cv;          /* synchronize / full-queue waiters */
+    drv_task *ring;
+    uint64_t cap;                    /* power of two */
+    uint64_t head, tail;             /* tasks [head, tail) are pending */
+    int worker_sleeping;
+    int done_waiters;
+    int shutdown;
+    fl_status error;                 /* sticky error, reported once */
+    char error_message[DRV_MESSAGE_MAX];
+} drv_queue;
+
+/* Start the queue's worker; on failure the status comes with a message
+ * naming `call`. */
+fl_status drv_queue_start(drv_queue *q, int32_t device, const char *call);
+/* Run what is queued, stop the worker and free the ring. */
+void drv_queue_stop(drv_queue *q);
+/* Append a task; blocks (without spinning) while the queue is full. */
+fl_status drv_queue_enqueue(drv_queue *q, const drv_task *task);
+/* Append a task built by `fill` while the queue lock is held, so that work
+ * numbered by `fill` (event generations) enters the queue atomically. */
+fl_status drv_queue_enqueue_with(drv_queue *q, void (*fill)(drv_task *slot, void *ctx),
+                                 void *ctx);
+/* Wait for everything queued so far; then hand out the sticky error once. */
+fl_status drv_queue_synchronize(drv_queue *q);
+/* The sticky error if there is one, else FL_NOT_READY while work is pending. */
+fl_status drv_queue_query(drv_queue *q);
+
+/* ---- device.c: devices -------------------------------------------------- */
+
+typedef struct drv_block drv_block; /* allocator block, memory.c */
+
+typedef struct drv_device {
+    int32_t index;
+    uint64_t total_memory;
+    uint64_t alignment;          /* minimum alignment and size granularity */
+    int memfd;
+    uintptr_t dev_base;          /* PROT_NONE view: the fl_devptr addresses */
+    char *priv_base;             /* read/write view used by the workers */
+    pthread_mutex_t lock;        /* guards the allocator state below */
+    int heap_ready;              /* memory.c set up the state below */
+    drv_block *free_list;        /* free blocks, unordered */
+    void *live_tree;             /* tsearch tree of live blocks, by address */
+    uint64_t free_bytes;
+} drv_device;
+
+/* The device, or NULL when the index is out of range or init failed. */
+drv_device *drv_device_get(int32_t device);
+/* The error for a device index drv_device_get refused; `call` names the call. */
+fl_status drv_bad_device(int32_t device, const char *call);
+
+static inline int drv_mem_in_region(const drv_device *dev, fl_devptr p) {
+    return p >= dev->dev_base && p - dev->dev_base < dev->total_memory;
+}
+
+/* Device address -> the driver's private host address of the same byte. */
+static inline char *drv_mem_host(const drv_device *dev, fl_devptr p) {
+    return dev->priv_base + (p - dev->dev_base);
+}
+
+/* ---- memory.c: the allocator -------------------------------------------- */
+
+typedef enum drv_range_check {
+    DRV_RANGE_OK = 0,
+    DRV_RANGE_NO_ALLOCATION,     /* `base` is not inside a live allocation */
+    DRV_RANGE_OUT_OF_BOUNDS      /* [offset, offset+size) overruns it */
+} drv_range_check;
+
+/* Check [base+offset, base+offset+size) against the live allocation holding
+ * base.  The caller holds dev->lock.  *alloc_size gets the allocation's size
+ * (0 when there is none) for error messages. */
+drv_range_check drv_mem_check_locked(drv_device *dev, fl_devptr base, uint64_t offset,
+                                     uint64_t size, uint64_t *alloc_size);
+
+/* ---- stream.c: streams -------------------------------------------------- */
+
+/* INVALID_HANDLE (with message) unless `stream` is a live stream. */
+fl_status drv_stream_check(fl_stream stream, const char *call);
+int32_t drv_stream_device(fl_stream stream);
+drv_queue *drv_stream_queue(fl_stream stream);
+
+/* ---- the fl_api functions, by the file that implements them -------------- */
+
+fl_status drv_device_count(int32_t *count);                                  /* device.c */
+fl_status drv_device_properties(int32_t device, fl_device_properties *props);
+
+fl_status drv_malloc(int32_t device, uint64_t size, uint64_t alignment, fl_devptr *out); /* memory.c */
+fl_status drv_free(int32_t device, fl_devptr ptr);
+fl_status drv_memory_info(int32_t device, uint64_t *free_bytes, uint64_t *total_bytes);
+
+fl_status drv_stream_create(int32_t device, fl_stream *out);                 /* stream.c */
+fl_status drv_stream_destroy(fl_stream stream);
+fl_status drv_stream_synchronize(fl_stream stream);
+fl_status drv_stream_query(fl_stream stream);
+
+fl_status drv_event_create(int32_t device, fl_event *out);                   /* event.c */
+fl_status drv_event_destroy(fl_event event);
+fl_status drv_event_record(fl_event event, fl_stream stream);
+fl_status drv_event_synchronize(fl_event event);
+fl_status drv_event_query(fl_event event);
+fl_status drv_event_elapsed_ms(fl_event start, fl_event end, float *ms);
+fl_status drv_stream_wait_event(fl_stream stream, fl_event event);
+
+fl_status drv_memcpy_h2d_async(fl_stream stream, fl_devptr dst, uint64_t dst_offset,  /* copy.c */
+                               const void *src, uint64_t size);
+fl_status drv_memcpy_d2h_async(fl_stream stream, void *dst, fl_devptr src,
+                               uint64_t src_offset, uint64_t size);
+fl_status drv_memcpy_d2d_async(fl_stream stream, int32_t dst_device, fl_devptr dst,
+                               uint64_t dst_offset, int32_t src_device, fl_devptr src,
+                               uint64_t src_offset, uint64_t size);
+fl_status drv_memset_async(fl_stream stream, fl_devptr dst, uint64_t dst_offset,
+                           uint8_t value, uint64_t size);
+
+fl_status drv_kernel_table(const fl_kernel_entry **entries, uint32_t *count);  /* launch.c */
+fl_status drv_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel,
+                            const fl_arg *args, uint32_t nargs);
+
+#pragma GCC visibility pop
+
+#endif /* DRV_DRIVER_H */

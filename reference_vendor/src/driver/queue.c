@@ -1,0 +1,294 @@
+/*
+ * queue.c -- the reference chip's task queues: what makes streams
+ * asynchronous.  It calls only error.c (driver.h lists the layers).
+ *
+ * A queue is a FIFO ring of small tasks drained by one worker thread.  A
+ * task leaves the ring only after it ran, so "queue empty" means "all work
+ * done".  The enqueue path takes one mutex and wakes the worker only when it
+ * sleeps.  A worker that ran out of work polls the ring for a short while
+ * (FL_REFERENCE_SPIN_US, default 50 us) before it sleeps: PyTorch issues
+ * kernels a few microseconds apart, and waking a sleeping thread costs the
+ * launching thread a futex call of ~5 us, more than the launch itself.  The
+ * ring grows on demand up to QUEUE_MAX tasks; past that, enqueuers block until
+ * the worker makes room (bounded memory).
+ *
+ * Tasks: a kernel (run through the SDK kernel interface, its arguments freed
+ * afterwards), a copy, a memset, or a host function (events use those for
+ * their records and waits).  The first failure is kept, sticky, until
+ * drv_queue_synchronize or drv_queue_query hands it out.
+ */
+#include "driver.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define QUEUE_INITIAL 64
+#define QUEUE_MAX 65536 /* power of two */
+
+/* ---- the worker ------------------------------------------------------------- */
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Nanoseconds spent inside kernels, all streams together: instrumentation for
+ * the benchmarks (what share of a training step is runtime overhead), read
+ * through fl_reference_kernel_time_ns(); not part of the ABI. */
+static uint64_t kernel_time_ns;
+
+static fl_status run_kernel(drv_queue *q, const drv_task *t, flk_ctx *ctx) {
+    ctx->device = q->device;
+    ctx->op = t->u.kernel.def->op;
+    ctx->message[0] = '\0';
+    flk_fn fn = t->u.kernel.def->fn;
+    uint64_t start = now_ns();
+    fl_status st = fn ? fn(t->u.kernel.args, t->u.kernel.nargs, ctx)
+                      : flk_kernel_fail(ctx, "the kernel table has no function for it");
+    __atomic_fetch_add(&kernel_time_ns, now_ns() - start, __ATOMIC_RELAXED);
+    free(t->u.kernel.args);
+    return st;
+}
+
+__attribute__((visibility("default"))) uint64_t fl_reference_kernel_time_ns(void);
+uint64_t fl_reference_kernel_time_ns(void) { return __atomic_load_n(&kernel_time_ns, __ATOMIC_RELAXED); }
+
+static fl_status run_task(drv_queue *q, const drv_task *t, flk_ctx *ctx) {
+    switch (t->kind) {
+    case DRV_TASK_KERNEL:
+        return run_kernel(q, t, ctx);
+    case DRV_TASK_COPY:
+        /* memmove: a d2d copy may overlap within one allocation. */
+        memmove(t->u.copy.dst, t->u.copy.src, t->u.copy.size);
+        break;
+    case DRV_TASK_MEMSET:
+        memset(t->u.set.dst, t->u.set.value, t->u.set.size);
+        break;
+    case DRV_TASK_HOST:
+        t->u.host.fn(t->u.host.obj, t->u.host.value);
+        break;
+    }
+    return FL_SUCCESS;
+}
+
+/* Keep the first failure until someone reads it; later work still runs so
+ * that events recorded after a failure complete and nobody waits forever. */
+static void note_failure_locked(drv_queue *q, const drv_task *t, fl_status st,
+                                const flk_ctx *ctx) {
+    if (q->error != FL_SUCCESS)
+        return;
+    q->error = st;
+    snprintf(q->error_message, sizeof q->error_message, "kernel %s failed on stream: %s",
+             t->u.kernel.def->op, ctx->message);
+}
+
+static uint64_t spin_ns(void) {
+    static uint64_t cached = UINT64_MAX;
+    if (cached == UINT64_MAX) {
+        const char *text = getenv("FL_REFERENCE_SPIN_US");
+        long us = text ? strtol(text, NULL, 10) : 50;
+        cached = (uint64_t)(us < 0 ? 0 : us) * 1000ull;
+    }
+    return cached;
+}
+
+/* Called with the lock held and the ring empty: release the lock and poll the
+ * ring's tail for up to spin_ns(); returns with the lock held again. */
+static void spin_for_work(drv_queue *q) {
+    uint64_t seen = q->tail, budget = spin_ns();
+    if (budget == 0)
+        return;
+    pthread_mutex_unlock(&q->lock);
+    uint64_t deadline = now_ns() + budget;
+    while (__atomic_load_n(&q->tail, __ATOMIC_ACQUIRE) == seen &&
+           !__atomic_load_n(&q->shutdown, __ATOMIC_ACQUIRE) && now_ns() < deadline)
+        __builtin_ia32_pause();
+    pthread_mutex_lock(&q->lock);
+}
+
+static void *worker_main(void *arg) {
+    drv_queue *q = arg;
+    flk_ctx ctx;
+    pthread_mutex_lock(&q->lock);
+    for (;;) {
+        if (q->head == q->tail && !q->shutdown)
+            spin_for_work(q);
+        while (q->head == q->tail && !q->shutdown) {
+            q->worker_sleeping = 1;
+            pthread_cond_wait(&q->work_cv, &q->lock);
+        }
+        q->worker_sleeping = 0;
+        if (q->head == q->tail)
+            break; /* shut down and drained */
+        drv_task t = q->ring[q->head & (q->cap - 1)];
+        pthread_mutex_unlock(&q->lock);
+        fl_status st = run_task(q, &t, &ctx);
+        pthread_mutex_lock(&q->lock);
+        if (st != FL_SUCCESS)
+            note_failure_locked(q, &t, st, &ctx);
+        q->head++;
+        if (q->done_waiters)
+            pthread_cond_broadcast(&q->done_cv);
+    }
+    pthread_mutex_unlock(&q->lock);
+    return NULL;
+}
+
+/* ---- enqueue ---------------------------------------------------------------- */
+
+static int grow_ring_locked(drv_queue *q) {
+    uint64_t cap = q->cap * 2;
+    drv_task *ring = malloc(cap * sizeof *ring);
+    if (!ring)
+        return 0;
+    /* Keep each task at the same logical index; only the mask changes. */
+    for (uint64_t i = q->head; i < q->tail; i++)
+        ring[i & (cap - 1)] = q->ring[i & (q->cap - 1)];
+    free(q->ring);
+    q->ring = ring;
+    q->cap = cap;
+    return 1;
+}
+
+/* Wait for and reserve one free slot; returns it, or NULL (host OOM). */
+static drv_task *reserve_slot_locked(drv_queue *q) {
+    while (q->tail - q->head >= QUEUE_MAX) {
+        q->done_waiters++;
+        pthread_cond_wait(&q->done_cv, &q->lock);
+        q->done_waiters--;
+    }
+    if (q->tail - q->head == q->cap && !grow_ring_locked(q))
+        return NULL;
+    return &q->ring[q->tail & (q->cap - 1)];
+}
+
+/* Publish the reserved slot; the wake happens after unlocking so the worker
+ * does not wake into a held mutex. */
+static fl_status publish_and_unlock(drv_queue *q) {
+    __atomic_store_n(&q->tail, q->tail + 1, __ATOMIC_RELEASE); /* the spinning worker polls it */
+    int wake = q->worker_sleeping;
+    q->worker_sleeping = 0;
+    pthread_mutex_unlock(&q->lock);
+    if (wake)
+        pthread_cond_signal(&q->work_cv);
+    return FL_SUCCESS;
+}
+
+static fl_status queue_full_error(drv_queue *q) {
+    pthread_mutex_unlock(&q->lock);
+    return drv_fail(FL_ERROR_INTERNAL, "stream %p: out of host memory growing the task queue",
+                    (void *)q);
+}
+
+fl_status drv_queue_enqueue_with(drv_queue *q, void (*fill)(drv_task *slot, void *ctx),
+                                 void *ctx) {
+    pthread_mutex_lock(&q->lock);
+    drv_task *slot = reserve_slot_locked(q);
+    if (!slot)
+        return queue_full_error(q);
+    fill(slot, ctx);
+    return publish_and_unlock(q);
+}
+
+fl_status drv_queue_enqueue(drv_queue *q, const drv_task *task) {
+    pthread_mutex_lock(&q->lock);
+    drv_task *slot = reserve_slot_locked(q);
+    if (!slot)
+        return queue_full_error(q);
+    *slot = *task;
+    return publish_and_unlock(q);
+}
+
+/* ---- start / stop / synchronize / query ----------------------------------- */
+
+/* Workers block asynchronous signals (they inherit the mask), so Ctrl-C and
+ * friends go to the application's threads, not into a running kernel. */
+static int start_worker(drv_queue *q) {
+    sigset_t all, old;
+    sigfillset(&all);
+    sigdelset(&all, SIGSEGV);
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGFPE);
+    sigdelset(&all, SIGILL);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&q->thread, NULL, worker_main, q);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+fl_status drv_queue_start(drv_queue *q, int32_t device, const char *call) {
+    memset(q, 0, sizeof *q);
+    q->ring = malloc(QUEUE_INITIAL * sizeof *q->ring);
+    if (!q->ring)
+        return drv_fail(FL_ERROR_INTERNAL, "%s(device=%d): out of host memory", call, device);
+    q->device = device;
+    q->cap = QUEUE_INITIAL;
+    pthread_mutex_init(&q->lock, NULL);
+    pthread_cond_init(&q->work_cv, NULL);
+    pthread_cond_init(&q->done_cv, NULL);
+    int rc = start_worker(q);
+    if (rc != 0) {
+        pthread_cond_destroy(&q->work_cv);
+        pthread_cond_destroy(&q->done_cv);
+        pthread_mutex_destroy(&q->lock);
+        free(q->ring);
+        return drv_fail(FL_ERROR_DRIVER, "%s(device=%d): cannot start worker: %s", call, device,
+                        strerror(rc));
+    }
+    return FL_SUCCESS;
+}
+
+/* Block until every task enqueued before this call has run. */
+static void drain_locked(drv_queue *q) {
+    uint64_t target = q->tail;
+    q->done_waiters++;
+    while (q->head < target)
+        pthread_cond_wait(&q->done_cv, &q->lock);
+    q->done_waiters--;
+}
+
+/* Hand out the sticky error once, copying its message ("kernel <op> failed
+ * on stream: ...") into the caller's thread-local error; the caller holds
+ * q->lock. */
+static fl_status take_error_locked(drv_queue *q) {
+    fl_status st = q->error;
+    if (st == FL_SUCCESS)
+        return st;
+    q->error = FL_SUCCESS;
+    return drv_fail(st, "%s", q->error_message);
+}
+
+void drv_queue_stop(drv_queue *q) {
+    pthread_mutex_lock(&q->lock);
+    drain_locked(q);
+    __atomic_store_n(&q->shutdown, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&q->lock);
+    pthread_cond_signal(&q->work_cv);
+    pthread_join(q->thread, NULL);
+    pthread_cond_destroy(&q->work_cv);
+    pthread_cond_destroy(&q->done_cv);
+    pthread_mutex_destroy(&q->lock);
+    free(q->ring);
+}
+
+fl_status drv_queue_synchronize(drv_queue *q) {
+    pthread_mutex_lock(&q->lock);
+    drain_locked(q);
+    fl_status st = take_error_locked(q);
+    pthread_mutex_unlock(&q->lock);
+    return st;
+}
+
+/* A recorded failure is reported as soon as it is known, pending or not. */
+fl_status drv_queue_query(drv_queue *q) {
+    pthread_mutex_lock(&q->lock);
+    fl_status st = take_error_locked(q);
+    if (st == FL_SUCCESS && q->head != q->tail)
+        st = FL_NOT_READY;
+    pthread_mutex_unlock(&q->lock);
+    return st;
+}
