@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import sys
 
-from fl_runtime.tools.cli.registry import make_parser, run  # one helper for both CLIs
+from . import runtime_not_started
+
+with runtime_not_started():     # a vendor's tools never start a runtime on the installed plugins
+    from fl_runtime.tools.cli.registry import make_parser, run  # one helper for both CLIs
 
 COMMANDS = ("new", "update", "build", "test", "keygen", "certify", "verify")
 

@@ -10,15 +10,15 @@ library (package data) and keeps it out of git, like the library.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
+
+from . import runtime_not_started
 
 # fl_runtime is imported inside the functions, and only when plugin.yaml states a
 # requirement: importing it imports torch, which a vendor's `pip install` build
@@ -31,32 +31,13 @@ if TYPE_CHECKING:
 SUFFIX = ".meta.json"      # fl_runtime.plugins.metadata.SUFFIX (a test checks they agree)
 
 
-@contextlib.contextmanager
-def _no_backend_autoload():
-    """Importing fl_runtime imports torch, whose first import autoloads Torch-FL and would
-    start a runtime (and warn about the very library being built): a build needs only
-    the requirement parser, so the autoload is off while it is imported here."""
-    if "torch" in sys.modules:
-        yield
-        return
-    saved = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD")
-    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
-        else:
-            os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = saved
-
-
 class PluginMetaError(ValueError):
     """plugin.yaml's metadata keys are not well formed (the message names the key)."""
 
 
 def read_plugin_metadata(spec_file: Path) -> PluginMetadata:
     """The metadata plugin.yaml states (validated as the runtime will read it)."""
-    with _no_backend_autoload():
+    with runtime_not_started():
         from fl_runtime.plugins.drivers import DriverRequirement, DriverRequirementError
         from fl_runtime.plugins.metadata import PluginMetadata
     raw = _raw(spec_file)
