@@ -79,6 +79,13 @@ PRIVATE_APIS: dict[str, str] = {
     "torch._refs": "reference implementations the decompositions call",
     "torch._neg_view": "copies of lazy negative views",
     "torch._ops.OpOverload": "what the dispatcher hands a Python kernel",
+    "torch._C._dispatch_has_computed_kernel_for_dispatch_key": "the CPU link only for ops with a CPU kernel",
+    "torch._C.StorageBase": "torch.UntypedStorage(n, device='fl') allocates through the runtime",
+    "torch.__future__.get_swap_module_params_on_conversion": "Module.to keeps Parameter objects across fl",
+    "torch._has_compatible_shallow_copy_type": "when Module._apply would replace a Parameter",
+    "torch._storage_classes": "the storage types whose pickling refuses fl (IPC)",
+    "torch._tensor_classes": "the tensor types whose pickling refuses fl (IPC)",
+    "torch.distributed.distributed_c10d.BackendConfig": "fl tensors reach the fl process group under 'gloo'",
 }
 
 
