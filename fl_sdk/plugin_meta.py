@@ -10,22 +10,18 @@ library (package data) and keeps it out of git, like the library.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 
-from . import runtime_not_started
-
-# fl_runtime is imported inside the functions, and only when plugin.yaml states a
-# requirement: importing it imports torch, which a vendor's `pip install` build
-# (vendor_template setup.py -> fl_sdk.build) should not pay for nothing.
-
-if TYPE_CHECKING:
-    from fl_runtime.plugins.metadata import PluginMetadata
+# The requirement is parsed by the runtime's own rules (fl_runtime/plugins/drivers.py), loaded
+# as a standalone module: importing the fl_runtime package imports torch, which pip's isolated
+# build environment (setup.py compiling a plugin) does not have, and which a build should not pay for.
 
 
 SUFFIX = ".meta.json"      # fl_runtime.plugins.metadata.SUFFIX (a test checks they agree)
@@ -35,16 +31,33 @@ class PluginMetaError(ValueError):
     """plugin.yaml's metadata keys are not well formed (the message names the key)."""
 
 
-def read_plugin_metadata(spec_file: Path) -> PluginMetadata:
-    """The metadata plugin.yaml states (validated as the runtime will read it)."""
-    with runtime_not_started():
-        from fl_runtime.plugins.drivers import DriverRequirement, DriverRequirementError
-        from fl_runtime.plugins.metadata import PluginMetadata
+def _driver_rules():
+    """fl_runtime/plugins/drivers.py, loaded on its own (it imports only the standard
+    library and packaging), found without importing the fl_runtime package."""
+    module = sys.modules.get("fl_runtime.plugins.drivers") or sys.modules.get("_fl_sdk_driver_rules")
+    if module is not None:
+        return module
+    package = importlib.util.find_spec("fl_runtime")
+    if package is None or not package.submodule_search_locations:
+        raise PluginMetaError("the Torch-FL runtime (fl_runtime) is not installed; reinstall torch-fl")
+    path = Path(next(iter(package.submodule_search_locations))) / "plugins" / "drivers.py"
+    spec = importlib.util.spec_from_file_location("_fl_sdk_driver_rules", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module          # dataclasses look their module up while it executes
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_plugin_metadata(spec_file: Path) -> dict:
+    """The metadata document plugin.yaml states, validated as the runtime will read it:
+    {"format": ..., "driver": {"minimum": ..., "known_bad": [...]}}."""
+    rules = _driver_rules()
     raw = _raw(spec_file)
     try:
-        return PluginMetadata(DriverRequirement.from_mapping(raw.get("driver"), str(spec_file)))
-    except DriverRequirementError as exc:
+        requirement = rules.DriverRequirement.from_mapping(raw.get("driver"), str(spec_file))
+    except rules.DriverRequirementError as exc:
         raise PluginMetaError(str(exc)) from exc
+    return {"format": rules.METADATA_FORMAT, "driver": requirement.as_dict()}
 
 
 def _raw(spec_file: Path) -> dict:
@@ -58,7 +71,7 @@ def write_metadata(spec_file: Path, library_path: Path) -> Path | None:
     if "driver" not in _raw(spec_file):
         target.unlink(missing_ok=True)
         return None
-    document = read_plugin_metadata(spec_file).as_dict()
+    document = read_plugin_metadata(spec_file)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     with os.fdopen(fd, "w") as handle:
         json.dump(document, handle, indent=1)

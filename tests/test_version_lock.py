@@ -144,7 +144,9 @@ def test_metadata_file_is_read_and_a_broken_one_is_an_error_naming_it(library):
 
 
 def test_the_reference_plugin_states_a_requirement_its_driver_meets():
-    stated = read_plugin_metadata(ROOT / "reference_vendor" / "plugin.yaml").driver
+    document = read_plugin_metadata(ROOT / "reference_vendor" / "plugin.yaml")
+    assert document["format"] == "torch-fl-plugin-meta/1"
+    stated = drivers.DriverRequirement.from_mapping(document["driver"], "plugin.yaml")
     assert stated.minimum == "1.0"
     assert read_metadata(REFERENCE).driver == stated          # fl-sdk build copied it beside the library
     assert stated.assess("1.0.0", "reference").supported

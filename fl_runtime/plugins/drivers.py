@@ -15,6 +15,11 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+# The format of `<library>.meta.json` (fl_runtime.plugins.metadata reads it).  Here, in the
+# one runtime module that needs only the standard library and packaging, so that fl-sdk
+# build can write the file where torch is not installed (pip's isolated build of a plugin).
+METADATA_FORMAT = "torch-fl-plugin-meta/1"
+
 # Verdict codes; `DriverVerdict.reason` says it in words.
 SUPPORTED, NO_REQUIREMENT = "supported", "no_requirement"
 BELOW_MINIMUM, KNOWN_BAD, UNPARSABLE = "below_minimum", "known_bad", "unparsable"

@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fl_runtime.plugins.drivers import DriverRequirement, DriverRequirementError
+from fl_runtime.plugins.drivers import METADATA_FORMAT, DriverRequirement, DriverRequirementError
 
-FORMAT = "torch-fl-plugin-meta/1"
+FORMAT = METADATA_FORMAT
 SUFFIX = ".meta.json"
 
 
