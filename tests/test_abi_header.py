@@ -99,3 +99,29 @@ def test_encoded_arguments_read_back_through_cffi():
     assert (args[7].kind, args[7].value.i) == (abi.ARG_INT, abi.DTYPE_TO_FL[torch.int32])
     assert args[8].kind == abi.ARG_STRING and ffi.string(args[8].value.str) == b"mean"
     assert args[9].kind == abi.ARG_NONE
+
+
+KERNEL_FILE = """#include "fl_kernel.h"
+FLK_DEF2_F(l_add, const T alpha = FLK_PARAM(T, 0);, FLK_FMA(T, alpha, b, a))
+FLK_DEF2_I(l_add, FLK_NOSETUP, FLK_IADD(a, b))
+FLK_EW_BINARY_KERNEL(k_add, "add.Tensor", FLK_LOOPS_FI(l_add), 0)
+FLK_REGISTER("add.Tensor", FLK_REAL_TYPES, k_add);
+"""
+
+CXX_CALLER = """#include "fl_kernel.h"
+int main() { fl_tensor t = fl_tensor(); return flk_is_floating(FL_FLOAT32) && flk_data(&t) == nullptr ? 0 : 1; }
+"""
+
+
+def test_kernel_library_header_compiles_as_strict_c11_and_cxx(tmp_path):
+    """fl_kernel.h (the SDK kernel library next to the ABI): a kernel file using its
+    registration and loop templates is strict C11; C++ can include it for the functions."""
+    kernel, caller = tmp_path / "kernel.c", tmp_path / "caller.cpp"
+    kernel.write_text(KERNEL_FILE)
+    caller.write_text(CXX_CALLER)
+    for cmd in ([compiler(), "-x", "c", "-std=c11", str(kernel), "-fsyntax-only"],
+                ["g++", "-x", "c++", "-std=c++17", str(caller), "-o", str(tmp_path / "a.out")]):
+        result = subprocess.run([*cmd, "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{ABI_HEADER.parent}"],
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+    assert subprocess.run([str(tmp_path / "a.out")]).returncode == 0

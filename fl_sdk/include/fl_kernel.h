@@ -40,6 +40,10 @@
  * Element pointers: tensor data may be misaligned for its dtype, so kernels
  * access elements through the flk_f32/flk_f64/... typedefs below, which have
  * alignment 1 (GCC/Clang emit unaligned loads/stores; no cost on x86/arm64).
+ *
+ * The header compiles as C11 and as C++ (for C++ callers of the functions);
+ * the registration and loop-template macros are C (compound literals,
+ * _Generic), and GCC or Clang is assumed (attributes, __COUNTER__).
  */
 #ifndef FL_KERNEL_H
 #define FL_KERNEL_H
@@ -50,6 +54,10 @@
 #include <string.h>
 
 #include "fl_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Every function declared below is private to the plugin it is built into. */
 #pragma GCC visibility push(hidden)
@@ -780,5 +788,9 @@ void *flk_alloc(size_t bytes);   /* 64-byte aligned, NULL on failure; free with 
 void flk_free(void *p);
 
 #pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* FL_KERNEL_H */
