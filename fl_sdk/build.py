@@ -26,18 +26,23 @@ import glob
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from . import INCLUDE_DIR
+from .object_cache import CompileError, CompileJob, compile_all
 from .plugin_meta import PluginMetaError, write_metadata
 
 # The SDK's C libraries a plugin.yaml may ask for (sdk_libraries), by name.
 SDK_LIBRARIES = {"kernel": Path(__file__).resolve().parent / "kernel_lib"}
 
-BASE_FLAGS = ["-std=gnu11", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Werror"]
+COMPILE_FLAGS = ["-std=gnu11", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Werror"]
+LINK_FLAGS = ["-shared", "-pthread"]
+# Compile and link in one command (what build_command prints; single-file checks use it).
+BASE_FLAGS = [*COMPILE_FLAGS, "-shared"]
 
 
 class BuildError(RuntimeError):
@@ -105,40 +110,70 @@ def compiler() -> str:
 
 
 def build_command(spec: PluginSpec, output: Path | None = None, run_paths: tuple[str, ...] = ()) -> list[str]:
-    sources = sorted({str(p) for pattern in spec.sources for p in _matches(spec.directory, pattern)})
-    if not sources:
-        raise BuildError(f"{spec.directory}: plugin.yaml sources {spec.sources} match no file")
-    links = [flag for name in spec.links for flag in _link_flags(name)]
-    links += [f"-Wl,-rpath,{path}" for path in run_paths]
-    return [compiler(), *BASE_FLAGS, *spec.cflags, f"-I{INCLUDE_DIR}", f"-I{spec.directory / 'src'}",
-            *sources, "-o", str(output or spec.library_path), *links, "-lm"]
+    """The whole build as one compiler command (what `--verbose` shows; `build` runs the
+    same flags as one compile per source, cached, then one link)."""
+    compile_flags, link_flags = _flags(spec, run_paths)
+    return [compiler(), *compile_flags, "-shared", *map(str, _sources(spec)), "-o", str(output or spec.library_path),
+            *link_flags]
 
 
 def build(directory: str | Path, force: bool = False, verbose: bool = False, output: Path | None = None,
           run_paths: tuple[str, ...] = ()) -> Path:
     """Compile the plugin in `directory`; returns the library path (`output`, default the
     plugin.yaml's library beside the sources; `run_paths`: extra directories the library
-    searches for the shared libraries it links).  Skips an up-to-date build."""
+    searches for the shared libraries it links).  Skips an up-to-date build; otherwise
+    compiles each source once per content (fl_sdk.object_cache; `force` recompiles
+    all and refreshes the cache) on every core, then links."""
     spec = read_spec(Path(directory).resolve())
     target = Path(output).resolve() if output else spec.library_path
-    command = build_command(spec, target, run_paths)
-    if not force and _up_to_date(spec, command, target):
+    if not force and _up_to_date(spec, target):
         _write_metadata(spec, target)
         return target
     if verbose:
-        print(" ".join(command))
+        print(" ".join(build_command(spec, target, run_paths)))
+    compile_flags, link_flags = _flags(spec, run_paths)
+    job = CompileJob(compiler(), tuple(compile_flags), spec.directory, _headers(spec))
     # Link into a temporary name and rename: a process that has the old library
     # mapped (or dlopens it right now) never sees a half-written file.
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    command[command.index(str(target))] = str(partial)
-    result = subprocess.run(command, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory(prefix="fl-sdk-build-") as scratch:
+        try:
+            objects = compile_all(job, _sources(spec), Path(scratch), reuse=not force)
+        except CompileError as exc:
+            raise BuildError(f"building {spec.library} failed: {exc}") from exc
+        result = subprocess.run([job.compiler, *LINK_FLAGS, *map(str, objects), "-o", str(partial), *link_flags],
+                                capture_output=True, text=True)
     if result.returncode != 0:
         partial.unlink(missing_ok=True)
-        raise BuildError(f"building {spec.library} failed:\n{result.stderr.strip()}")
+        raise BuildError(f"linking {spec.library} failed:\n{result.stderr.strip()}")
     os.replace(partial, target)
     _write_metadata(spec, target)
     return target
+
+
+def _sources(spec: PluginSpec) -> list[Path]:
+    sources = sorted({p.resolve() for pattern in spec.sources for p in _matches(spec.directory, pattern)})
+    if not sources:
+        raise BuildError(f"{spec.directory}: plugin.yaml sources {spec.sources} match no file")
+    return sources
+
+
+def _flags(spec: PluginSpec, run_paths: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(compile flags, link flags): a linked library's include directory compiles too."""
+    library_flags = [flag for name in spec.links for flag in _link_flags(name)]
+    includes = [flag for flag in library_flags if flag.startswith("-I")]
+    links = [flag for flag in library_flags if not flag.startswith("-I")]
+    links += [f"-Wl,-rpath,{path}" for path in run_paths]
+    compile_flags = [*COMPILE_FLAGS, *spec.cflags, f"-I{INCLUDE_DIR}", f"-I{spec.directory / 'src'}", *includes]
+    return compile_flags, [*links, "-lm"]
+
+
+def _headers(spec: PluginSpec) -> tuple[Path, ...]:
+    """Every header a source may include from the plugin or the SDK (headers of system and
+    third-party libraries are taken as fixed: `fl-sdk build --force` after upgrading one)."""
+    roots = [spec.directory, INCLUDE_DIR, *(SDK_LIBRARIES[name] for name in spec.sdk_libraries)]
+    return tuple(sorted({h.resolve() for root in roots for h in root.rglob("*.h")}))
 
 
 def _write_metadata(spec: PluginSpec, library: Path) -> None:
@@ -149,10 +184,9 @@ def _write_metadata(spec: PluginSpec, library: Path) -> None:
         raise BuildError(f"plugin.yaml: {exc}") from exc
 
 
-def _up_to_date(spec: PluginSpec, command: list[str], target: Path) -> bool:
+def _up_to_date(spec: PluginSpec, target: Path) -> bool:
     if not target.exists():
         return False
-    inputs = [Path(p) for p in command if p.endswith(".c")]
-    inputs += list((spec.directory / "src").rglob("*.h")) + list(INCLUDE_DIR.glob("*.h"))
+    inputs = _sources(spec) + list(_headers(spec))
     inputs += [spec.directory / "plugin.yaml"]
     return all(p.stat().st_mtime <= target.stat().st_mtime for p in inputs if p.exists())
