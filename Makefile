@@ -34,9 +34,16 @@ build: install
 demo: build
 	$(PY) examples/demo.py
 
+# The PyTorch-next run (mostly a 5.5 GB install, then a few minutes of tests) overlaps the
+# main suite; its log is printed when both are done, and either failing fails `make test`.
+NEXT_LOG ?= $(NEXT_VENV).log
 test: build
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --durations=15
-	$(MAKE) test-torch-next
+	@rm -f $(NEXT_LOG)
+	@$(MAKE) --no-print-directory test-torch-next > $(NEXT_LOG) 2>&1 & next=$$!; \
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --durations=15; main=$$?; \
+	wait $$next; nextrc=$$?; \
+	echo "---- PyTorch $(NEXT_TORCH) run, exit status $$nextrc (log: $(NEXT_LOG))"; cat $(NEXT_LOG); \
+	test $$main -eq 0 && test $$nextrc -eq 0
 
 test-torch-next: build
 	test -x $(NEXT_PY) || $(PYTHON) -m venv $(NEXT_VENV)
@@ -51,4 +58,4 @@ bench: build
 	$(PY) benchmarks/bench.py
 
 clean:
-	rm -rf $(VENV) $(NEXT_VENV) reference_vendor/*.so
+	rm -rf $(VENV) $(NEXT_VENV) $(NEXT_LOG) reference_vendor/*.so
