@@ -40,7 +40,7 @@ NEXT_LOG ?= $(NEXT_VENV).log
 test: build
 	@rm -f $(NEXT_LOG)
 	@$(MAKE) --no-print-directory test-torch-next > $(NEXT_LOG) 2>&1 & next=$$!; \
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --durations=15; main=$$?; \
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --durations=25; main=$$?; \
 	wait $$next; nextrc=$$?; \
 	echo "---- PyTorch $(NEXT_TORCH) run, exit status $$nextrc (log: $(NEXT_LOG))"; cat $(NEXT_LOG); \
 	test $$main -eq 0 && test $$nextrc -eq 0
