@@ -24,7 +24,7 @@ Imported only once `torch._inductor.compile_fx` has been (compile.py).
 """
 from __future__ import annotations
 
-import threading
+from contextvars import ContextVar
 
 from torch._inductor import config
 from torch._inductor.codegen.common import (DeviceOpOverrides, register_backend_for_device,
@@ -36,25 +36,22 @@ from torch._inductor.scheduler import BaseScheduling
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.errors import FLCompileError
 
-_lock = threading.Lock()
-_turned_on = False       # did our pass turn fallback_by_default on (and must turn it off)?
+# Did our pass turn fallback_by_default on (and must turn it off)?  A context variable,
+# like Inductor's settings, so that each thread restores only what it changed.
+_turned_on: ContextVar[bool] = ContextVar("torch_fl_inductor_turned_on", default=False)
 
 
 def _every_op_as_aten_call() -> None:
-    global _turned_on
-    with _lock:
-        if not config.fallback_by_default:
-            config.fallback_by_default = True
-            _turned_on = True
+    if not config.fallback_by_default:
+        config.fallback_by_default = True
+        _turned_on.set(True)
 
 
 def restore_fusion() -> None:
-    """Give Inductor back the fallback_by_default value it had before an fl graph."""
-    global _turned_on
-    with _lock:
-        if _turned_on:
-            config.fallback_by_default = False
-            _turned_on = False
+    """Give Inductor back (in this thread) the fallback_by_default value it had before an fl graph."""
+    if _turned_on.get():
+        config.fallback_by_default = False
+        _turned_on.set(False)
 
 
 class EveryOpAsATenCall(CustomGraphModulePass):
