@@ -8,7 +8,8 @@ node of its graph to an "extern" call of the ATen op: PyTorch's own
 numeric correctness").  Those calls dispatch like eager ops, so on fl they run
 the vendor kernels (or the fallback chain).  torch.compile on fl then keeps
 dynamo's graph capture, AOTAutograd's joint graph and Inductor's graph passes and
-memory planning, and computes exactly what eager computes; it fuses nothing.
+memory planning, and runs the ops of the graph Inductor's decompositions leave
+(eager's, up to summation order); it fuses nothing.
 
 `fallback_by_default` is a global Inductor setting read while Inductor lowers a
 graph, and Inductor offers no per-device switch.  So the custom pass Inductor
