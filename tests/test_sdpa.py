@@ -133,3 +133,14 @@ def test_hf_llama_with_sdpa_attention_runs_the_fused_kernels(fl):
     assert counts[(BWD, "native")] == config.num_hidden_layers, counts
     assert math.isclose(losses[0], losses[1], rel_tol=1e-5)
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-5)
+
+
+def test_inference_mode_runs_the_fused_forward(fl):
+    """Below autograd (inference mode) the PrivateUse1 registration makes the same choice."""
+    q, k, v = _inputs()
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    accounting.reset_counts()
+    with torch.inference_mode():
+        got = F.scaled_dot_product_attention(*[t.to("fl:0") for t in (q, k, v)], is_causal=True)
+    assert accounting.counts()[(FWD, "native")] == 1
+    torch.testing.assert_close(got.cpu(), want, **TOL)
