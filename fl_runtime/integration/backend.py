@@ -11,8 +11,8 @@ import torch
 
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.devices.streams import register_record_stream
-from fl_runtime.integration import (autocast, compile, distributed, fork, ipc, lightning, parameters, serialization,
-                                    storages)
+from fl_runtime.integration import (autocast, distributed, fork, ipc, lightning, parameters, serialization,
+                                    storages, torch_compile)
 from fl_runtime.integration.device_module import make_device_module
 from fl_runtime.logs import logger
 from fl_runtime.ops import attention, copies, rnn
@@ -92,7 +92,7 @@ def install(rt) -> None:
     autocast.register()     # the cast policy of torch.autocast("fl")
     distributed.register()  # the `fl` torch.distributed backend (README, "Distributed training")
     lightning.install()     # accelerator="fl" once Lightning is imported (never imports it)
-    compile.install()       # torch.compile: dynamo's device interface, Inductor's fl backend (lazily)
+    torch_compile.install()  # torch.compile: dynamo's device interface, Inductor's fl backend (lazily)
     # PyTorch's Python device guard reports one device, so the autograd engine
     # has a worker queue for fl:0 only and asserts on backward over fl:1.
     # Running backward on the calling thread avoids those queues.  The switch

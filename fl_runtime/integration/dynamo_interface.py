@@ -1,7 +1,7 @@
 """dynamo's device interface for fl: what torch._dynamo and Inductor ask a device
 (current device, streams, synchronisation, properties), answered by `torch.fl`.
 
-Imported only once `torch._dynamo.device_interface` has been (compile.py).
+Imported only once `torch._dynamo.device_interface` has been (torch_compile.py).
 The raw stream is 0: Inductor's generated code for fl launches no kernels of
 its own (every op is an ATen call that runs on the current fl stream,
 inductor_backend.py), so it never needs the handle.

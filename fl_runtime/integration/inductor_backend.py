@@ -21,7 +21,7 @@ raises, the setting stays on in that thread (later CPU graphs there are then
 correct but unfused) until the next fl graph's wrapper or `restore_fusion()`
 turns it off.
 
-Imported only once `torch._inductor.compile_fx` has been (compile.py).
+Imported only once `torch._inductor.compile_fx` has been (torch_compile.py).
 """
 from __future__ import annotations
 
