@@ -84,10 +84,10 @@ def test_compiled_tiny_hf_llama_matches_cpu(fl):
     fl_loss = torch.compile(fl_model)(input_ids=ids.to("fl:0"), labels=ids.to("fl:0")).loss
     fl_loss.backward()
     assert not [op for (op, path) in accounting.counts() if path == "cpu"]
-    # Known limit (README "torch.compile"): AOTAutograd traces scaled_dot_product_attention
-    # into its math ops, so a compiled graph does not reach the plugin's fused attention.
-    assert accounting.counts()[("aten::_scaled_dot_product_fused_attention_overrideable", "native")] == 0
-    assert accounting.counts()[("aten::bmm", "native")] > 0
+    # The compiled graphs call the plugin's fused attention, as eager does (ops/attention.py).
+    fused = "aten::_scaled_dot_product_fused_attention_overrideable"
+    assert accounting.counts()[(fused, "native")] == config.num_hidden_layers
+    assert accounting.counts()[(fused + "_backward", "native")] == config.num_hidden_layers
     assert math.isclose(loss.item(), fl_loss.item(), rel_tol=1e-5)
     for (name, want), got in zip(model.named_parameters(), fl_model.parameters()):
         torch.testing.assert_close(got.grad.cpu(), want.grad, rtol=1e-4, atol=1e-6, msg=name)

@@ -15,7 +15,8 @@ So this module registers, for fl:
   only with enable_gqa); MATH otherwise, and whenever
   `torch.nn.attention.sdpa_kernel` leaves OVERRIDEABLE out;
 - `scaled_dot_product_attention`, under AutogradPrivateUse1 and PrivateUse1
-  (inference mode), asking that choice as ATen would have: OVERRIDEABLE calls the
+  (inference mode), making that choice as ATen would have (directly, so that it also
+  holds under torch.compile's fake tensors): OVERRIDEABLE calls the
   overrideable op (PyTorch's autograd formula then calls its backward), anything
   else runs ATen's own composite (validation, mask conversion, math path), so
   users see exactly PyTorch's behaviour and errors there;
@@ -87,8 +88,10 @@ def register(library: torch.library.Library, rt) -> None:
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                                      scale=None, enable_gqa=False):
-        choice = torch.ops.aten._fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal,
-                                                  scale=scale, enable_gqa=enable_gqa)
+        # The choice itself, not the op: under torch.compile's fake tensors the op would answer
+        # from PyTorch's meta kernel (MATH); the choice reads only metadata.
+        choice = fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+                                  enable_gqa=enable_gqa)
         if choice == _OVERRIDEABLE:
             bias = _as_bias(attn_mask, query, key)
             return torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
