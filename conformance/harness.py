@@ -296,7 +296,8 @@ def call_kernel(dev: Device, stream, entry: KernelEntry, plan: OpPlan, values: l
     try:
         device_values = [on_device(v) for v in values]
         fresh = {j: _place(dev, stream, _poisoned_like(meta), out_shift, placed)
-                 for j, (meta, alias) in enumerate(zip(metas, plan.returns_alias)) if alias is None and meta is not None}
+                 for j, (meta, alias) in enumerate(zip(metas, plan.returns_alias))
+                 if alias is None and isinstance(meta, torch.Tensor)}   # a SymInt return gets no buffer
         outputs = [device_values[alias] if alias is not None else (fresh[j].device_tensor if j in fresh else None)
                    for j, alias in enumerate(plan.returns_alias)]
         launch(dev, stream, entry, plan, device_values, outputs)

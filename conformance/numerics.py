@@ -13,6 +13,7 @@ import torch
 from fl_runtime.ops.schema import OpPlan, compile_plan
 
 from . import opinfo_cases
+from .attention_specs import CPU_REFERENCES
 from .compare import Reference, judge
 from .harness import CallFailed, Declined, Device, KernelEntry, call_kernel, storage_bytes, tensor_over
 from .recipes import materialize
@@ -62,7 +63,7 @@ def _run_torch(plan: OpPlan, values: list) -> list:
         values = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in values]
     args = [v for spec, v in zip(plan.args, values) if not spec.kwarg_only]
     kwargs = {spec.name: v for spec, v in zip(plan.args, values) if spec.kwarg_only}
-    result = plan.op(*args, **kwargs)
+    result = CPU_REFERENCES.get(plan.name, plan.op)(*args, **kwargs)
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
 

@@ -19,6 +19,7 @@ from fl_runtime import abi
 from fl_runtime.ops.schema import compile_plan
 
 from . import opinfo_cases
+from .attention_specs import ATTENTION_GENERATORS
 from .nn_specs import NN_GENERATORS
 from . import strategies as s
 from .recipes import DTYPES, NAMES, special_values
@@ -263,6 +264,7 @@ OPSPECS: dict[str, OpSpec] = {
     **_inplace_pairs(hardtanh, ["hardtanh"]), "hardtanh_backward": OpSpec(hardtanh_backward),
     "pow.Scalar": OpSpec(pow_scalar_base), "_index_put_impl_": OpSpec(index_put),
     **{op: OpSpec(generate, with_opinfo=True) for op, generate in NN_GENERATORS.items()},
+    **{op: OpSpec(generate) for op, generate in ATTENTION_GENERATORS.items()},
 }
 
 

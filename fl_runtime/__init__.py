@@ -37,10 +37,12 @@ from fl_runtime.tools import op_stats
 from fl_runtime.tools.coverage import CoverageReport, coverage
 from fl_runtime.tools.diagnostics import remember_recent_log
 from fl_runtime.tools.profiler import Profile, profile, start_from_env
+from fl_runtime.tools import torch_profiler
 from fl_runtime.version import __version__
 
 remember_recent_log()      # before start-up: doctor shows start-up warnings
 start_from_env()           # TORCH_FL_PROFILE=path profiles the whole process (README, "Profiler")
+torch_profiler.install()   # torch.autograd.profiler.profile(use_device="fl"): host and fl times
 
 
 def init() -> Runtime:

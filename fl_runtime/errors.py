@@ -138,3 +138,7 @@ class FLSharingError(FLError):
             f"cannot send {what} to another process: the Torch-FL ABI has no inter-process device memory. "
             "Send a CPU copy instead (t.cpu(), which multiprocessing shares without copying) and move it to "
             "fl in the receiving process")
+
+
+class FLCompileError(FLError):
+    """torch.compile's Inductor produced something fl cannot run (README, "torch.compile")."""

@@ -86,16 +86,38 @@ PRIVATE_APIS: dict[str, str] = {
     "torch._storage_classes": "the storage types whose pickling refuses fl (IPC)",
     "torch._tensor_classes": "the tensor types whose pickling refuses fl (IPC)",
     "torch.distributed.distributed_c10d.BackendConfig": "fl tensors reach the fl process group under 'gloo'",
+    "torch._C._get_overrideable_sdp_enabled": "sdpa_kernel() allows the plugin's fused attention (ops/attention)",
+    "torch._C._profiler.ProfilerState": "use_device='fl' profiles run as CPU Kineto profiles (tools/torch_profiler)",
+    "torch.autograd.profiler.profile._start_trace": "where a use_device='fl' profile starts Torch-FL's alongside",
+    "torch.autograd.profiler.profile._ensure_function_events": "where fl device times join PyTorch's events",
+    "torch._dynamo.device_interface.DeviceInterface": "dynamo's device interface for fl (torch.compile)",
+    "torch._dynamo.device_interface.register_interface_for_device": "registers it",
+    "torch._inductor.compile_fx": "imported when Inductor first compiles: fl's backend registers then",
+    "torch._inductor.config.fallback_by_default": "fl graphs lower every node to an ATen call",
+    "torch._inductor.codegen.common.register_backend_for_device": "Inductor's backend for fl",
+    "torch._inductor.codegen.common.register_device_op_overrides": "device calls in fl wrapper code",
+    "torch._inductor.codegen.common.DeviceOpOverrides": "the same",
+    "torch._inductor.codegen.wrapper.PythonWrapperCodegen": "fl graphs' wrapper code (unchanged)",
+    "torch._inductor.custom_graph_pass.CustomGraphModulePass": "the pass that marks an fl graph's lowering",
+    "torch._inductor.scheduler.BaseScheduling": "fl's scheduling, which generates no kernels",
 }
 
 
 def missing_private_apis() -> list[str]:
     """The PRIVATE_APIS names the running PyTorch lacks (empty on a supported minor)."""
+    import importlib
     missing = []
     for dotted in PRIVATE_APIS:
         found = torch
-        for part in dotted.split(".")[1:]:
-            found = getattr(found, part, None)
+        parts = dotted.split(".")
+        for i, part in enumerate(parts[1:], 1):
+            value = getattr(found, part, None)
+            if value is None:     # a submodule PyTorch imports only on use (dynamo, Inductor)
+                try:
+                    value = importlib.import_module(".".join(parts[:i + 1]))
+                except ImportError:
+                    value = None
+            found = value
             if found is None:
                 missing.append(dotted)
                 break

@@ -11,10 +11,11 @@ import torch
 
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.devices.streams import register_record_stream
-from fl_runtime.integration import autocast, distributed, fork, ipc, lightning, parameters, serialization, storages
+from fl_runtime.integration import (autocast, distributed, fork, ipc, lightning, parameters, serialization,
+                                    storages, torch_compile)
 from fl_runtime.integration.device_module import make_device_module
 from fl_runtime.logs import logger
-from fl_runtime.ops import copies, rnn
+from fl_runtime.ops import attention, copies, rnn
 from fl_runtime.ops import factories as tensors
 from fl_runtime.ops.fallback.cpu import make_boxed_fallback
 from fl_runtime.ops.rng import register_seeded_dropout
@@ -22,7 +23,8 @@ from fl_runtime.ops.rng import register_seeded_dropout
 BACKEND_NAME = DEVICE_TYPE
 # Ops the runtime implements itself (they call vendor kernels for their device part).
 RUNTIME_OWNED = {"copy_", "empty.memory_format", "empty_strided", "_local_scalar_dense", "resize_",
-                 "record_stream", "native_dropout", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell"}
+                 "record_stream", "native_dropout", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell",
+                 *attention.RUNTIME_OWNED}
 _FAST_VIEWS = ("view", "as_strided", "_reshape_alias", "unfold", "alias")
 _CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _libraries: list = []     # registrations live as long as these objects
@@ -78,6 +80,7 @@ def install(rt) -> None:
     register_record_stream(aten, rt)
     register_seeded_dropout(aten, rt)
     rnn.register(aten)             # the fused LSTM/GRU cells PyTorch picks for non-CPU devices
+    attention.register(aten, rt)   # a plugin's fused attention behind scaled_dot_product_attention
     for name in _FAST_VIEWS:
         aten.impl(name, _redispatch_view(name), "PrivateUse1")
     unknown = rt.launcher.register(aten, rt.op_names, skip=RUNTIME_OWNED | set(_FAST_VIEWS))
@@ -89,6 +92,7 @@ def install(rt) -> None:
     autocast.register()     # the cast policy of torch.autocast("fl")
     distributed.register()  # the `fl` torch.distributed backend (README, "Distributed training")
     lightning.install()     # accelerator="fl" once Lightning is imported (never imports it)
+    torch_compile.install()  # torch.compile: dynamo's device interface, Inductor's fl backend (lazily)
     # PyTorch's Python device guard reports one device, so the autograd engine
     # has a worker queue for fl:0 only and asserts on backward over fl:1.
     # Running backward on the calling thread avoids those queues.  The switch

@@ -1,0 +1,43 @@
+"""torch.compile on fl: dynamo's device interface and Inductor's backend for fl
+(README, "torch.compile").
+
+Both register lazily, right after PyTorch imports the module they plug into
+(`torch._dynamo.device_interface`, `torch._inductor.compile_fx`), because
+importing dynamo or Inductor costs seconds and most programs never compile.
+The classes live in `dynamo_interface.py` and `inductor_backend.py`, which
+import those PyTorch modules at their top and are imported only from here.
+"""
+from __future__ import annotations
+
+from fl_runtime.integration.lightning.hook import call_after_import
+from fl_runtime.logs import logger
+
+DYNAMO_MODULE = "torch._dynamo.device_interface"
+INDUCTOR_MODULE = "torch._inductor.compile_fx"
+
+
+def install() -> None:
+    """Register with dynamo and Inductor when (if ever) they are imported in this process."""
+    call_after_import(DYNAMO_MODULE, _guarded(_register_dynamo, "dynamo's device interface"))
+    call_after_import(INDUCTOR_MODULE, _guarded(_register_inductor, "Inductor"))
+
+
+def _register_dynamo() -> None:
+    from fl_runtime.integration import dynamo_interface
+    dynamo_interface.register()
+
+
+def _register_inductor() -> None:
+    from fl_runtime.integration import inductor_backend
+    inductor_backend.register()
+
+
+def _guarded(register, what: str):
+    """The user's import of PyTorch's module must succeed even if registering fails."""
+    def run() -> None:
+        try:
+            register()
+        except Exception as exc:  # noqa: BLE001
+            logger.warning("torch_fl: could not register fl with %s (%s: %s); torch.compile on fl "
+                           "will fail; backend='aot_eager' still works", what, type(exc).__name__, exc)
+    return run
