@@ -79,6 +79,20 @@ class ThroughputSplit:
             torch.fl.synchronize(device.index)
         self.record(time.perf_counter() - start, self.sizes[self._rank])
 
+    def state_dict(self) -> dict:
+        """This rank's split and its measurements since the last rebalance (checkpointed per rank)."""
+        return {"global_batch": self.global_batch, "world": self._world, "sizes": list(self.sizes),
+                "samples": self._samples, "seconds": self._seconds}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state_dict()`; the global batch and the number of ranks must be the same."""
+        if (state["global_batch"], state["world"]) != (self.global_batch, self._world):
+            raise ValueError(f"ThroughputSplit.load_state_dict: the saved split is for a global batch of "
+                             f"{state['global_batch']} over {state['world']} ranks, this one for "
+                             f"{self.global_batch} over {self._world}; resume with the same batch and ranks")
+        self.sizes = list(state["sizes"])
+        self._samples, self._seconds = state["samples"], state["seconds"]
+
     def rebalance(self) -> list[int]:
         """Share measured throughputs between ranks (a collective) and re-split; returns the sizes."""
         mine = self._samples / self._seconds if self._seconds > 0 else 0.0
