@@ -166,3 +166,61 @@ def test_checkpoint_in_one_process(fl, tmp_path):
         save_checkpoint(tmp_path, 3, model=model)
         load_checkpoint(tmp_path, model=model, optimizer=opt)
     assert load_checkpoint(tmp_path / "nothing-here", model=model) is None
+
+
+LIGHTNING_SCRIPT = r'''
+import os, sys, torch
+import torch_fl
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch.utils.data import DataLoader, TensorDataset
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+        self.seen = set()
+
+    def training_step(self, batch, i):
+        x, y = batch
+        self.seen.update({str(x.device), str(next(self.parameters()).device)})
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=0.05)
+
+g = torch.Generator().manual_seed(3)
+loader = DataLoader(TensorDataset(torch.randn(24, 4, generator=g), torch.randn(24, 1, generator=g)), batch_size=8)
+mode, ckpt_dir = sys.argv[1], sys.argv[2]
+model = Model()
+trainer = L.Trainer(accelerator="fl", devices=1, max_epochs=2, logger=False, enable_progress_bar=False,
+                    enable_model_summary=False,
+                    callbacks=[ModelCheckpoint(dirpath=ckpt_dir, save_top_k=-1, every_n_epochs=1)])
+trainer.fit(model, loader, ckpt_path=os.path.join(ckpt_dir, "epoch=0-step=3.ckpt") if mode == "resume" else None)
+print("SEEN", sorted(model.seen), trainer.global_step)
+weights = torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
+torch.save(weights, os.path.join(ckpt_dir, f"weights-{mode}.pt"))
+'''
+
+
+def test_lightning_resumed_from_epoch_checkpoint_equals_uninterrupted_run(tmp_path):
+    """Trainer(accelerator="fl"): 2 epochs of 3 Adam steps; a fresh process resumes from the checkpoint
+    Lightning's ModelCheckpoint wrote after epoch 1 (model, optimizer, loop state) and ends with the
+    uninterrupted run's weights bit for bit.  No dropout and no shuffling: Lightning's checkpoint holds
+    no random state (README, Checkpoints)."""
+    pytest.importorskip("lightning", reason="the test extra installs lightning")
+    script = tmp_path / "fit.py"
+    script.write_text(LIGHTNING_SCRIPT)
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    resumed.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for mode, directory in (("full", full), ("resume", resumed)):
+        if mode == "resume":
+            shutil.copy(full / "epoch=0-step=3.ckpt", resumed)
+        proc = subprocess.run([sys.executable, str(script), mode, str(directory)], capture_output=True, text=True,
+                              timeout=180, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+        assert "SEEN ['fl:0'] 6" in proc.stdout, proc.stdout[-3000:]
+    torch.testing.assert_close(torch.load(resumed / "weights-resume.pt"), torch.load(full / "weights-full.pt"),
+                               rtol=0, atol=0)
