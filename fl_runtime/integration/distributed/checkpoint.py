@@ -95,6 +95,8 @@ def load_checkpoint(directory: str | os.PathLike, *, model: torch.nn.Module,
         optimizer.load_state_dict(state["optimizer"])      # moves each state tensor to its parameter's device
     mine = _load(path / f"rank-{rank}.pt")
     if split is not None:
+        if mine["split"] is None:
+            raise CheckpointError(f"checkpoint {path} holds no batch split; save it with split=...")
         split.load_state_dict(mine["split"])
     _set_rng_state(mine["rng"], path)
     return Resumed(step=state["step"], data_position=mine["data_position"], path=path)
