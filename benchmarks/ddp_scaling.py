@@ -195,8 +195,8 @@ def _table(results: dict, slowdown: float) -> str:
                     (f"2 ranks, fl:1 {slowdown:g}x slower, ThroughputSplit", mx)):
         lines.append(f"| {name} | {r['split']} | {r['ms_per_step']:.1f} | {r['samples_per_s']:.0f} |")
     lines += ["", f"2-process speed-up (samples/s, ddp2 / ddp1): {d2['samples_per_s'] / d1['samples_per_s']:.2f}x",
-              f"mixed split vs equal split (time per step, equal / mixed): "
-              f"{eq['ms_per_step'] / mx['ms_per_step']:.2f}x", "",
+              (f"mixed split vs equal split (time per step, equal / mixed): "
+               f"{eq['ms_per_step'] / mx['ms_per_step']:.2f}x"), "",
               "| all_reduce float32 | fl (staged) ms | CPU ms | fl / CPU | fl MB/s | CPU MB/s |",
               "|---|---|---|---|---|---|"]
     for row in ar["rows"]:
