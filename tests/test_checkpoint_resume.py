@@ -85,7 +85,8 @@ def _torchrun(tmp_path, name: str, ckpt, restarts: int = 0, kill_at: int = -1) -
 
 
 def _starts(output: str) -> list[str]:
-    return sorted(line for line in output.splitlines() if line.startswith("START"))
+    # The ranks share torchrun's stdout, so two ranks' lines can run together: match, don't split.
+    return sorted(re.findall(r"START rank \d attempt \d step \d+", output))
 
 
 @pytest.fixture(scope="module")

@@ -61,6 +61,11 @@ def save_checkpoint(directory: str | os.PathLike, step: int, *, model: torch.nn.
     rank, world = _rank_and_world(group)
     path = Path(directory) / f"step-{step:08d}"
     path.mkdir(parents=True, exist_ok=True)
+    if rank == 0:
+        # Saving over a complete checkpoint (a run restarted from an older one): unmark it before
+        # any rank replaces a file, so a crash in between cannot leave a mixed one marked complete.
+        (path / COMPLETE).unlink(missing_ok=True)
+    _barrier(group)
     _atomic_save({"rng": _rng_state(), "split": split.state_dict() if split is not None else None,
                   "data_position": data_position}, path / f"rank-{rank}.pt")
     if rank == 0:
