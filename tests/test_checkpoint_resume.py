@@ -167,6 +167,9 @@ def test_checkpoint_in_one_process(fl, tmp_path):
         save_checkpoint(tmp_path, 3, model=model)
         load_checkpoint(tmp_path, model=model, optimizer=opt)
     assert load_checkpoint(tmp_path / "nothing-here", model=model) is None
+    save_checkpoint(tmp_path, 1, model=model, optimizer=opt, data_position="again")   # over a complete one
+    assert (tmp_path / "step-00000001" / "COMPLETE").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000001", "step-00000003"]   # keep=2
 
 
 LIGHTNING_SCRIPT = r'''

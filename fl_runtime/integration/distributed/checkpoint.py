@@ -58,6 +58,8 @@ def save_checkpoint(directory: str | os.PathLike, step: int, *, model: torch.nn.
                     optimizer: torch.optim.Optimizer | None = None, split: ThroughputSplit | None = None,
                     data_position: Any = None, group: dist.ProcessGroup | None = None, keep: int = 2) -> Path:
     """Save the job after `step` steps (a collective: every rank calls it); keeps the newest `keep`."""
+    if keep < 1:
+        raise ValueError(f"save_checkpoint: keep={keep}; keep at least the checkpoint being saved (keep >= 1)")
     rank, world = _rank_and_world(group)
     path = Path(directory) / f"step-{step:08d}"
     path.mkdir(parents=True, exist_ok=True)
@@ -75,7 +77,7 @@ def save_checkpoint(directory: str | os.PathLike, step: int, *, model: torch.nn.
     _barrier(group)                     # every rank's files are on disk before the checkpoint counts
     if rank == 0:
         (path / COMPLETE).write_text(f"{step}\n")
-        _prune(Path(directory), keep)
+        _prune(Path(directory), keep, path)
     _barrier(group)
     return path
 
@@ -122,14 +124,13 @@ def _agreed_latest(directory: Path, rank: int, world: int, group) -> Path | None
     return Path(choice[0]) if choice[0] else None
 
 
-def _prune(directory: Path, keep: int) -> None:
+def _prune(directory: Path, keep: int, newest: Path) -> None:
+    # Below the checkpoint just completed: keep the newest `keep` complete ones; a directory
+    # without COMPLETE there is a save cut short, never to be resumed from.
     steps = _step_dirs(directory)
-    complete = [p for p in steps if (p / COMPLETE).exists()]
-    if len(complete) <= keep:
-        return
-    oldest_kept = complete[-keep]
+    kept = [p for p in steps if (p / COMPLETE).exists()][-keep:]
     for p in steps:
-        if p < oldest_kept:
+        if p < newest and p not in kept:
             shutil.rmtree(p, ignore_errors=True)
 
 
