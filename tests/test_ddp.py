@@ -156,3 +156,35 @@ def test_split_by_throughput():
         split_by_throughput(2, [1.0, 1.0, 1.0])
     with pytest.raises(ValueError, match="positive"):
         split_by_throughput(8, [1.0, 0.0])
+
+
+SLOWDOWN_SCRIPT = r"""
+import time, torch, torch_fl
+a = {i: torch.randn(192, 192, device=f"fl:{i}") for i in (0, 1)}
+best = {0: float("inf"), 1: float("inf")}
+for _ in range(3):                                   # alternate, keep each device's fastest round
+    for i in (0, 1):
+        (a[i] @ a[i]).cpu()
+        start = time.perf_counter()
+        for _ in range(10):
+            a[i] @ a[i]
+        torch.fl.synchronize(i)
+        best[i] = min(best[i], time.perf_counter() - start)
+print("RATIO", best[1] / best[0])
+"""
+
+
+def test_reference_vendor_slowdown_setting(python):
+    """FL_REFERENCE_SLOWDOWN=1,20: fl:1 sleeps 19x each kernel's own time after it, so the ratio holds
+    however loaded the host is (a loaded host stretches the kernel and the sleep alike)."""
+    out = python(SLOWDOWN_SCRIPT, env={"FL_REFERENCE_SLOWDOWN": "1,20"}, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ratio = float(out.stdout.split("RATIO")[1])
+    assert ratio > 5, f"fl:1 was only {ratio:.1f}x slower than fl:0"
+
+
+def test_ddp_scaling_benchmark_has_help(python):
+    out = python("import runpy, sys; sys.argv = ['ddp_scaling.py', '--help']\n"
+                 "runpy.run_path('benchmarks/ddp_scaling.py', run_name='__main__')", timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "--slowdown" in out.stdout and "ThroughputSplit" in out.stdout

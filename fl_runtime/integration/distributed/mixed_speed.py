@@ -10,12 +10,19 @@ the gradient of the mean loss over all B samples (README, "Distributed training"
 
     split = ThroughputSplit(global_batch=256)
     for step, (x, y) in enumerate(loader):            # x, y: the whole global batch on every rank
-        rows = split.rows()
-        with split.timed():
-            loss = loss_fn(ddp(x[rows].to(dev)), y[rows].to(dev)) * split.loss_scale()
-            loss.backward(); opt.step(); opt.zero_grad()
-        if step % 50 == 49:
+        if step % 50 == 0:                            # measure this rank's own speed, then re-split
+            rows = split.rows()
+            with ddp.no_sync(), split.timed(dev):
+                loss_fn(ddp(x[rows].to(dev)), y[rows].to(dev)).backward()
+            opt.zero_grad()
             split.rebalance()                         # a collective: every rank calls it
+        rows = split.rows()
+        loss = loss_fn(ddp(x[rows].to(dev)), y[rows].to(dev)) * split.loss_scale()
+        loss.backward(); opt.step(); opt.zero_grad()
+
+Time only a rank's own work (`no_sync`: no all-reduce).  A whole DDP step takes
+the slowest rank's time on every rank (the fast one waits in the all-reduce),
+so timing it would report equal speeds and never move the split.
 """
 from __future__ import annotations
 
@@ -72,12 +79,29 @@ class ThroughputSplit:
 
     @contextlib.contextmanager
     def timed(self, device: torch.device | None = None):
-        """Time the block as one step of this rank's share (waits for the device at the end)."""
+        """Time the block as one pass over this rank's share (waits for the device at the end).
+
+        Put only this rank's own work in it (under DDP, inside `no_sync()`): a block that
+        contains an all-reduce also times the wait for the slowest rank."""
         start = time.perf_counter()
         yield
         if device is not None and device.type == "fl":
             torch.fl.synchronize(device.index)
         self.record(time.perf_counter() - start, self.sizes[self._rank])
+
+    def state_dict(self) -> dict:
+        """This rank's split and its measurements since the last rebalance (checkpointed per rank)."""
+        return {"global_batch": self.global_batch, "world": self._world, "sizes": list(self.sizes),
+                "samples": self._samples, "seconds": self._seconds}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state_dict()`; the global batch and the number of ranks must be the same."""
+        if (state["global_batch"], state["world"]) != (self.global_batch, self._world):
+            raise ValueError(f"ThroughputSplit.load_state_dict: the saved split is for a global batch of "
+                             f"{state['global_batch']} over {state['world']} ranks, this one for "
+                             f"{self.global_batch} over {self._world}; resume with the same batch and ranks")
+        self.sizes = list(state["sizes"])
+        self._samples, self._seconds = state["samples"], state["seconds"]
 
     def rebalance(self) -> list[int]:
         """Share measured throughputs between ranks (a collective) and re-split; returns the sizes."""

@@ -19,6 +19,7 @@
  */
 #include "driver.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,40 @@ static uint64_t now_ns(void) {
  * through fl_reference_kernel_time_ns(); not part of the ABI. */
 static uint64_t kernel_time_ns;
 
+/* FL_REFERENCE_SLOWDOWN="1,4": a factor per device index (here device 1 runs 4x
+ * slower; missing entries are 1).  Models chips of different speeds for
+ * mixed-speed training (README "Distributed training"): after a kernel that took
+ * t, the worker sleeps (factor - 1) * t, so a slow device costs time but no host
+ * CPU.  Parsed once; an entry that is not a number >= 1 counts as 1. */
+#define SLOWDOWN_MAX_DEVICES 64
+static double g_slowdown[SLOWDOWN_MAX_DEVICES];
+static pthread_once_t g_slowdown_once = PTHREAD_ONCE_INIT;
+
+static void parse_slowdown(void) {
+    const char *text = getenv("FL_REFERENCE_SLOWDOWN");
+    for (int i = 0; i < SLOWDOWN_MAX_DEVICES; i++)
+        g_slowdown[i] = 1.0;
+    for (int i = 0; text && *text && i < SLOWDOWN_MAX_DEVICES; i++) {
+        char *end;
+        double f = strtod(text, &end);
+        if (end != text && f >= 1.0 && f <= 1000.0)
+            g_slowdown[i] = f;
+        text = strchr(text, ',');
+        if (text)
+            text++;
+    }
+}
+
+static void slow_down(int32_t device, uint64_t took_ns) {
+    pthread_once(&g_slowdown_once, parse_slowdown);
+    if (device < 0 || device >= SLOWDOWN_MAX_DEVICES || g_slowdown[device] <= 1.0)
+        return;
+    uint64_t extra = (uint64_t)((g_slowdown[device] - 1.0) * (double)took_ns);
+    struct timespec ts = {(time_t)(extra / 1000000000ull), (long)(extra % 1000000000ull)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+    }
+}
+
 static fl_status run_kernel(drv_queue *q, const drv_task *t, flk_ctx *ctx) {
     ctx->device = q->device;
     ctx->op = t->u.kernel.def->op;
@@ -49,6 +84,7 @@ static fl_status run_kernel(drv_queue *q, const drv_task *t, flk_ctx *ctx) {
     uint64_t start = now_ns();
     fl_status st = fn ? fn(t->u.kernel.args, t->u.kernel.nargs, ctx)
                       : flk_kernel_fail(ctx, "the kernel table has no function for it");
+    slow_down(q->device, now_ns() - start);
     __atomic_fetch_add(&kernel_time_ns, now_ns() - start, __ATOMIC_RELAXED);
     free(t->u.kernel.args);
     return st;
