@@ -86,14 +86,17 @@ def test_abi_1_0_plugin_loads_gets_devices_and_runs(python, abi10_plugin):
 
 
 def test_abi_1_0_plugin_passes_the_1_0_conformance_categories(abi10_plugin, tmp_path):
+    """And its collectives category is not_supported."""
     report = tmp_path / "report.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), **_env(abi10_plugin)}
     result = subprocess.run([sys.executable, "-m", "fl_sdk", "test", str(abi10_plugin), "--profile", "ci",
-                             "--json", str(report), "-k", "abi or memory or streams"],
+                             "--json", str(report), "-k", "abi or memory or streams or collective"],
                             capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     document = json.loads(report.read_text())
     categories = {t["category"] for t in document["tests"]}
-    assert {"abi", "memory", "streams"} <= categories, categories
+    assert {"abi", "memory", "streams", "collectives"} <= categories, categories
     assert document["summary"]["fail"] == 0
     assert document["summary"]["pass"] > 0
+    # A 1.0 table cannot offer collectives: the category says not_supported, never fail or pass.
+    assert document["summary"]["categories"]["collectives"] == {"not_supported": 15}
