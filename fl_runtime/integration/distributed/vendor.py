@@ -63,12 +63,24 @@ def _offered_plugins() -> list[str]:
         return []
     names = set()
     for device in start().devices:
-        try:
-            if collectives_of(device.plugin) is not None:
-                names.add(device.plugin.name)
-        except FLError as exc:         # a malformed extension: that plugin goes host-staged
-            logger.warning("fl process group: %s; its collectives stay host-staged", exc)
+        if device.plugin.name not in names and _usable(device):
+            names.add(device.plugin.name)
     return sorted(names)
+
+
+def _usable(device) -> bool:
+    """Whether the device's plugin offers collectives that work: its extension is well formed and
+    comm_get_unique_id succeeds (a plugin chaining skeletons that decline with
+    FL_ERROR_NOT_SUPPORTED stays host-staged instead of failing every collective)."""
+    try:
+        if collectives_of(device.plugin) is None:
+            return False
+        unique_id(device)
+        return True
+    except FLError as exc:
+        logger.warning("fl process group: fl:%d (%s): %s; its collectives stay host-staged",
+                       device.index, device.plugin.name, exc)
+        return False
 
 
 class VendorCollectives:
