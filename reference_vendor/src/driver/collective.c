@@ -45,7 +45,7 @@
 #define COMM_MAGIC 0x434f4d4d554e2121ull /* "COMMUN!!" */
 #define ID_MAGIC "flref-coll-1"
 #define MAX_RANKS 8
-#define SLOT_BYTES (1u << 20)
+#define SLOT_BYTES (4u << 20)
 #define MAILBOX_BYTES (256u << 10)
 #define DEFAULT_TIMEOUT_MS 300000u
 #define LINE 64
