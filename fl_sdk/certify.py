@@ -179,11 +179,15 @@ def library_stack(library_path: str | Path) -> dict[str, Any]:
 
 def coverage(tests: list[Mapping[str, Any]]) -> dict[str, Any]:
     """Per op, the `dtype/variant` numerics cases that passed; ops with none that
-    the suite could not check.  Only numerics count (they name a dtype): the
+    the suite could not check; with a `collectives` category, its checks that passed
+    (`family-ranks`, e.g. all_reduce-4, and error_statuses).  Only numerics count (they name a dtype): the
     robustness tests also name ops, but a launch that does not crash is not coverage."""
     passed: dict[str, set[str]] = defaultdict(set)
     untested: set[str] = set()
+    collectives: set[str] = set()       # ABI 1.1: the `collectives` tests that passed, e.g. all_reduce-2
     for test in tests:
+        if test.get("category") == "collectives" and test.get("status") == "pass":
+            collectives.add(test.get("test", "").removeprefix("test_").removeprefix("collective[").rstrip("]"))
         op, dtype = test.get("op"), test.get("dtype")
         if not op or not dtype:
             continue
@@ -191,8 +195,11 @@ def coverage(tests: list[Mapping[str, Any]]) -> dict[str, Any]:
             passed[op].add(f"{dtype}/{test.get('variant') or 'default'}")
         elif test.get("status") == "untested":
             untested.add(op)
-    return {"ops": {op: sorted(cases) for op, cases in sorted(passed.items())},
-            "untested_ops": sorted(untested - set(passed))}
+    result: dict[str, Any] = {"ops": {op: sorted(cases) for op, cases in sorted(passed.items())},
+                              "untested_ops": sorted(untested - set(passed))}
+    if any(test.get("category") == "collectives" for test in tests):     # suites without it: as before
+        result["collectives"] = sorted(collectives)
+    return result
 
 
 def extend_payload(payload: Mapping[str, Any], report: Mapping[str, Any], library_sha256: str) -> dict[str, Any]:
@@ -220,6 +227,9 @@ def extend_payload(payload: Mapping[str, Any], report: Mapping[str, Any], librar
                             "untested_ops": sorted(set(ours.get("untested_ops") or [])
                                                    | set(theirs["untested_ops"])
                                                    | {op for op, cases in both.items() if not cases})}
+    if "collectives" in ours or "collectives" in theirs:
+        extended["coverage"]["collectives"] = sorted(set(ours.get("collectives") or [])
+                                                     & set(theirs.get("collectives") or []))
     extended["runs"] = [*payload.get("runs", [{"torch_version": payload.get("torch_version"),
                                                "results": payload.get("results")}]),
                         {"torch_version": report["torch_version"],

@@ -57,7 +57,7 @@ def test_library_without_entry_symbol(built):
 
 
 def test_plugin_refusing_our_abi_is_incompatible(built):
-    with pytest.raises(IncompatibleABIError, match="refuses ABI 1.0"):
+    with pytest.raises(IncompatibleABIError, match="refuses ABI 1.1"):
         load_plugin(PluginSource("future", built["plugin_refuses_abi"], "config"))
 
 

@@ -390,3 +390,64 @@ def test_update_from_the_previous_template_version_builds_and_keeps_driver_edits
               "-k", "test_numerics and float32"))
     numerics = {t["op"]: t["status"] for t in json.loads(report.read_text())["tests"]}
     assert numerics == {"neg": "not_supported", "add.Tensor": "not_supported"}, numerics
+
+
+TEMPLATE_COLLECTIVES_CHECK = r"""
+import json, torch_fl
+from fl_runtime.abi import ffi
+from fl_runtime.integration.process import start
+from fl_runtime.integration.distributed.vendor import _usable
+from fl_runtime.plugins.extensions import collectives_of
+device = start().devices[0]
+ext = collectives_of(device.plugin)
+result = {"offered": ext is not None, "usable": _usable(device)}
+if ext is not None:
+    uid = ffi.new("fl_comm_unique_id*")
+    args = ffi.new("fl_comm_get_unique_id_args*", {"struct_size": ffi.sizeof("fl_comm_get_unique_id_args"),
+                                                  "device": 0, "unique_id": uid})
+    result["status"] = int(ext.table.comm_get_unique_id(args))
+    result["message"] = ffi.string(device.plugin.api.last_error_message()).decode()
+    result["calls"] = sorted(ext.offered)
+print(json.dumps(result))
+"""
+
+
+def test_update_to_the_abi_1_1_template_brings_collective_skeletons_that_decline(sdk_env, python, tmp_path):
+    """A project from the previous template version updates to this one (ABI 1.1): it gains
+    src/collective.c, keeps the vendor's edits, and offers no collectives until the vendor turns
+    them on; turned on, each skeleton declines with FL_ERROR_NOT_SUPPORTED and the runtime keeps
+    the plugin's distributed jobs host-staged."""
+    old_version = previous_template(tmp_path)
+    project = tmp_path / "coll"
+    generate = (f"from pathlib import Path\nfrom fl_sdk.scaffold import new_project\n"
+                f"new_project('coll', Path({str(project)!r}), {{'ops': ['neg']}}, "
+                f"template_dir=Path({str(tmp_path / 'vendor_template')!r}))\n")
+    subprocess.run([sys.executable, "-c", generate], env=sdk_env, check=True, capture_output=True)
+    assert not (project / "src" / "collective.c").exists(), f"template {old_version} already had collectives"
+    with (project / "src" / "plugin.c").open("a") as plugin:
+        plugin.write("\n/* Coll: our entry-point notes, kept across updates. */\n")
+    git = ["git", "-c", "user.name=Vendor", "-c", "user.email=vendor@example.com"]
+    subprocess.run([*git, "commit", "-qam", "vendor edits"], cwd=project, check=True)
+
+    ok(fl_sdk(sdk_env, "update", str(project)))
+
+    assert "/* Coll: our entry-point notes, kept across updates. */" in (project / "src" / "plugin.c").read_text()
+    assert "plg_collectives" in (project / "src" / "plugin.c").read_text()
+    assert "FL_ERROR_NOT_SUPPORTED" in (project / "src" / "collective.c").read_text()
+    env = {"TORCH_FL_PLUGINS": str(library(project)), "TORCH_FL_DISABLE_ENTRY_POINTS": "1"}
+    ok(fl_sdk(sdk_env, "build", str(project)))
+    result = python(TEMPLATE_COLLECTIVES_CHECK, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"offered": False, "usable": False}
+
+    internal = project / "src" / "internal.h"          # what the vendor does once they are written
+    internal.write_text(internal.read_text().replace("#define PLG_COLLECTIVES_READY 0",
+                                                     "#define PLG_COLLECTIVES_READY 1"))
+    ok(fl_sdk(sdk_env, "build", str(project)))
+    result = python(TEMPLATE_COLLECTIVES_CHECK, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["offered"] and not got["usable"], got
+    assert got["status"] == 8 and "not written yet" in got["message"], got      # FL_ERROR_NOT_SUPPORTED
+    assert got["calls"] == ["all_gather", "all_reduce", "all_to_all", "broadcast", "recv", "reduce_scatter",
+                            "send"], got

@@ -68,6 +68,12 @@ ARG_BOOL_LIST = _consts.FL_ARG_BOOL_LIST
 ARG_TENSOR_LIST = _consts.FL_ARG_TENSOR_LIST
 ARG_STRING = _consts.FL_ARG_STRING
 
+# ABI 1.1: the extension chain and the collectives extension (fl_abi.h, "EXTENSIONS").
+EXTENSION_COLLECTIVES: int = _consts.FL_EXTENSION_COLLECTIVES
+REDUCE_OPS: dict[str, int] = {name: getattr(_consts, f"FL_REDUCE_{name.upper()}")
+                              for name in ("sum", "prod", "min", "max", "avg")}
+COMM_UNIQUE_ID_BYTES: int = _consts.FL_COMM_UNIQUE_ID_BYTES
+
 VARIANT_NAMES = {_consts.FL_VARIANT_PRECISE: "precise", _consts.FL_VARIANT_FAST: "fast"}
 
 

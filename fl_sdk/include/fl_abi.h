@@ -62,7 +62,7 @@ extern "C" {
 
 /* FL_CDEF_BEGIN */
 #define FL_ABI_VERSION_MAJOR 1
-#define FL_ABI_VERSION_MINOR 0
+#define FL_ABI_VERSION_MINOR 1
 #define FL_ABI_MIN_SUPPORTED_MINOR 0
 #define FL_NAME_MAX 64
 #define FL_UUID_MAX 40
@@ -81,6 +81,9 @@ typedef enum fl_status {
     FL_ERROR_KERNEL_FAILED = 10,   /* a kernel rejected its arguments or failed while running */
     FL_ERROR_DRIVER = 11,          /* the underlying driver / hardware failed */
     FL_ERROR_INTERNAL = 12,
+    /* ABI 1.1 (collectives); a 1.0 runtime shows them as "status 13" / "status 14" */
+    FL_ERROR_TIMEOUT = 13,             /* a collective's peers did not arrive within the communicator's timeout */
+    FL_ERROR_COLLECTIVE_MISMATCH = 14, /* ranks called different collectives, counts, dtypes, ops or roots */
     FL_STATUS_FORCE_32BIT = 0x7fffffff
 } fl_status;
 
@@ -247,14 +250,256 @@ typedef struct fl_api {
 
     /* kernels: the table is static for the plugin's lifetime */
     fl_status (*kernel_table)(const fl_kernel_entry **entries, uint32_t *count);
-    /* launch_kernel may refuse a call it cannot take (e.g. a 3-d convolution
+    /* LIFETIMES (what the runtime relies on): `kernel` is an entry of kernel_table
+     * and lives as long as the plugin.  `args`, every fl_tensor and every
+     * sizes/strides/list/string array they point at are valid only until
+     * launch_kernel returns: the runtime reuses that memory for its next launch,
+     * so a plugin copies whatever its queued work still needs before returning.
+     * The device memory the tensors name stays allocated, and is not written by
+     * the runtime, until the stream has run the kernel (the runtime's allocator
+     * tracks the stream; README "Device API").
+     * launch_kernel may refuse a call it cannot take (e.g. a 3-d convolution
      * behind a 2-d "convolution" kernel) by returning FL_ERROR_NOT_SUPPORTED
      * before it enqueues anything; the runtime then runs that call through its
      * fallback path instead of failing.  Any other error is the op's failure. */
     fl_status (*launch_kernel)(fl_stream stream, const fl_kernel_entry *kernel,
                                const fl_arg *args, uint32_t nargs);
     /* ABI 1.0 ends here; later minors append below. */
+
+    /* ABI 1.1: the head of the extension chain (see "EXTENSIONS" below), or NULL
+     * when the plugin offers no optional feature set.  Static for the plugin's
+     * lifetime.  A 1.0 table ends before this field (its struct_size says so). */
+    const struct fl_extension_base *extension_start;
 } fl_api;
+
+/* ==== ABI 1.1 ================================================================
+ *
+ * EXTENSIONS.  Optional feature sets hang off fl_api.extension_start as a
+ * singly linked chain, each starting with an fl_extension_base (the pattern of
+ * OpenXLA's PJRT C API): a reader walks `next` until NULL, uses the entry whose
+ * `type` it knows, and skips the rest.  A plugin that offers none leaves
+ * extension_start NULL.  Each extension struct only grows at its end (its
+ * base.struct_size says how far the plugin filled it) and a NULL function
+ * pointer in it means "not offered".  Every entry lives as long as the plugin.
+ *
+ * CALLS.  Every new function takes one arguments struct, whose first field is
+ * struct_size: the caller sets it to sizeof the struct it knows, so a later
+ * minor can append parameters and an older plugin reads only what it knows
+ * (FL_STRUCT_HAS_FIELD).  Output fields live in the same struct.  An args
+ * pointer is only valid during the call; the plugin copies what it keeps.
+ */
+typedef enum fl_extension_type {
+    FL_EXTENSION_COLLECTIVES = 1,      /* fl_collectives_extension */
+    FL_EXTENSION_TYPE_FORCE_32BIT = 0x7fffffff
+} fl_extension_type;
+
+typedef struct fl_extension_base {
+    size_t struct_size;                    /* of the whole extension struct, as the plugin filled it */
+    int32_t type;                          /* fl_extension_type */
+    uint32_t flags;                        /* reserved, 0 */
+    const struct fl_extension_base *next;  /* the next extension, or NULL */
+} fl_extension_base;
+
+/* ---- collectives (FL_EXTENSION_COLLECTIVES) ----------------------------------
+ *
+ * RENDEZVOUS: a unique id, as NCCL/HCCL/CNCL bootstrap.  Rank 0 asks its plugin
+ * for an fl_comm_unique_id, the runtime carries those bytes to every rank
+ * through torch.distributed's c10d store, and every rank calls comm_create
+ * with them.  Chosen over key-value callbacks (PJRT's choice) because
+ * (1) the runtime is Python over cffi: a callback the plugin invokes from its
+ * own threads would take the GIL and re-enter the c10d store from inside a
+ * plugin call, which deadlocks as soon as the plugin holds a lock of its own;
+ * (2) every vendor collective library already bootstraps this way, so a plugin
+ * maps these calls 1:1 onto its library; (3) what crosses the store is a fixed
+ * FL_COMM_UNIQUE_ID_BYTES blob, opaque to the runtime.
+ *
+ * A communicator binds one device of this process to one rank of a group of
+ * `size` ranks (one device per rank, one process per rank or several).  All
+ * ranks must enqueue the same collectives on a communicator in the same order
+ * (as NCCL requires); send/recv pairs match in order per (sender, receiver).
+ *
+ * ORDERING: a collective is enqueued on `stream` (a stream of the
+ * communicator's device) and runs when the stream reaches it, after the work
+ * queued before it, like a kernel; the calling thread does not wait for
+ * peers.  It completes (stream_synchronize / an event recorded after it) once
+ * this rank's receive buffer holds the result.  Errors found at enqueue time
+ * are returned by the call; errors found while running (FL_ERROR_TIMEOUT,
+ * FL_ERROR_COLLECTIVE_MISMATCH, FL_ERROR_DRIVER) are sticky on the stream
+ * (see ERRORS above).
+ *
+ * BUFFERS: a (base, offset) pair names count elements of dtype from
+ * base + offset in a live allocation of the communicator's device; they must
+ * stay allocated and untouched by other work until the collective completes
+ * (the runtime orders them as it orders kernel arguments).  Send and receive
+ * buffers may be the same (in place) for all_reduce and broadcast; for the
+ * others they must not overlap.  count 0 is valid and does nothing.
+ *
+ * STATUSES, every collective call: FL_ERROR_INVALID_POINTER (args NULL, a
+ * buffer outside a live allocation), FL_ERROR_INVALID_HANDLE (comm or stream
+ * unknown or destroyed), FL_ERROR_INVALID_VALUE (struct_size too small, the
+ * stream's device is not the communicator's, dtype not in the extension's
+ * dtypes, op not in reduce_ops, root or peer out of range or (send/recv) the
+ * caller itself, a buffer overrun), FL_ERROR_NOT_SUPPORTED (a legal request
+ * this plugin cannot serve).  last_error_message explains each.
+ */
+#define FL_COMM_UNIQUE_ID_BYTES 128
+
+typedef struct fl_comm_impl *fl_comm;      /* opaque */
+
+typedef enum fl_reduce_op {
+    FL_REDUCE_SUM = 0,
+    FL_REDUCE_PROD = 1,
+    FL_REDUCE_MIN = 2,
+    FL_REDUCE_MAX = 3,
+    FL_REDUCE_AVG = 4,     /* sum / size; floating dtypes only */
+    FL_REDUCE_OP_FORCE_32BIT = 0x7fffffff
+} fl_reduce_op;
+
+typedef struct fl_comm_unique_id {
+    char internal[FL_COMM_UNIQUE_ID_BYTES];   /* opaque bytes, copied verbatim between ranks */
+} fl_comm_unique_id;
+
+typedef struct fl_comm_get_unique_id_args {
+    size_t struct_size;
+    int32_t device;                  /* a device of this plugin (rank 0's) */
+    fl_comm_unique_id *unique_id;    /* out; caller-owned, written before the call returns */
+} fl_comm_get_unique_id_args;
+
+typedef struct fl_comm_create_args {
+    size_t struct_size;
+    int32_t device;                  /* the device this rank's collectives run on */
+    int32_t rank;                    /* 0 <= rank < size */
+    int32_t size;                    /* 1 <= size <= the extension's max_ranks */
+    uint32_t timeout_ms;             /* how long any collective waits for peers (0: the plugin's default) */
+    const fl_comm_unique_id *unique_id; /* read during the call only */
+    fl_comm comm;                    /* out; valid until comm_destroy */
+} fl_comm_create_args;
+/* comm_create may block until every rank has called it (or timeout_ms passes:
+ * FL_ERROR_TIMEOUT); FL_ERROR_INVALID_DEVICE for a bad device,
+ * FL_ERROR_INVALID_VALUE for a bad rank/size or a unique id this plugin did not
+ * make, FL_ERROR_DRIVER when the transport cannot be set up. */
+
+typedef struct fl_comm_destroy_args {
+    size_t struct_size;
+    fl_comm comm;                    /* invalid after the call; work already enqueued on it completes first */
+} fl_comm_destroy_args;
+
+typedef struct fl_all_reduce_args {
+    size_t struct_size;
+    fl_comm comm;
+    fl_stream stream;
+    fl_devptr send_base;             /* count elements; may equal recv (in place) */
+    uint64_t send_offset;
+    fl_devptr recv_base;             /* count elements: the reduction over ranks */
+    uint64_t recv_offset;
+    uint64_t count;
+    int32_t dtype;                   /* fl_dtype */
+    int32_t op;                      /* fl_reduce_op */
+} fl_all_reduce_args;
+
+typedef struct fl_broadcast_args {
+    size_t struct_size;
+    fl_comm comm;
+    fl_stream stream;
+    fl_devptr send_base;             /* count elements, read on root only */
+    uint64_t send_offset;
+    fl_devptr recv_base;             /* count elements, written on every rank (root included) */
+    uint64_t recv_offset;
+    uint64_t count;
+    int32_t dtype;
+    int32_t root;
+} fl_broadcast_args;
+
+typedef struct fl_all_gather_args {
+    size_t struct_size;
+    fl_comm comm;
+    fl_stream stream;
+    fl_devptr send_base;             /* send_count elements */
+    uint64_t send_offset;
+    fl_devptr recv_base;             /* size * send_count elements, rank r's at r * send_count */
+    uint64_t recv_offset;
+    uint64_t send_count;
+    int32_t dtype;
+    int32_t reserved;                /* 0 */
+} fl_all_gather_args;
+
+typedef struct fl_reduce_scatter_args {
+    size_t struct_size;
+    fl_comm comm;
+    fl_stream stream;
+    fl_devptr send_base;             /* size * recv_count elements */
+    uint64_t send_offset;
+    fl_devptr recv_base;             /* recv_count elements: block `rank` of the reduction */
+    uint64_t recv_offset;
+    uint64_t recv_count;
+    int32_t dtype;
+    int32_t op;                      /* fl_reduce_op */
+} fl_reduce_scatter_args;
+
+typedef struct fl_all_to_all_args {
+    size_t struct_size;
+    fl_comm comm;
+    fl_stream stream;
+    fl_devptr send_base;             /* size blocks of count elements, block j goes to rank j */
+    uint64_t send_offset;
+    fl_devptr recv_base;             /* size blocks of count elements, block j came from rank j */
+    uint64_t recv_offset;
+    uint64_t count;                  /* elements per block */
+    int32_t dtype;
+    int32_t reserved;                /* 0 */
+} fl_all_to_all_args;
+
+typedef struct fl_send_args {
+    size_t struct_size;
+    fl_comm comm;
+    fl_stream stream;
+    fl_devptr send_base;             /* count elements */
+    uint64_t send_offset;
+    uint64_t count;
+    int32_t dtype;
+    int32_t peer;                    /* the receiving rank */
+} fl_send_args;
+
+typedef struct fl_recv_args {
+    size_t struct_size;
+    fl_comm comm;
+    fl_stream stream;
+    fl_devptr recv_base;             /* count elements */
+    uint64_t recv_offset;
+    uint64_t count;
+    int32_t dtype;
+    int32_t peer;                    /* the sending rank */
+} fl_recv_args;
+
+typedef fl_status (*fl_comm_get_unique_id_fn)(fl_comm_get_unique_id_args *args);
+typedef fl_status (*fl_comm_create_fn)(fl_comm_create_args *args);
+typedef fl_status (*fl_comm_destroy_fn)(fl_comm_destroy_args *args);
+typedef fl_status (*fl_all_reduce_fn)(fl_all_reduce_args *args);
+typedef fl_status (*fl_broadcast_fn)(fl_broadcast_args *args);
+typedef fl_status (*fl_all_gather_fn)(fl_all_gather_args *args);
+typedef fl_status (*fl_reduce_scatter_fn)(fl_reduce_scatter_args *args);
+typedef fl_status (*fl_all_to_all_fn)(fl_all_to_all_args *args);
+typedef fl_status (*fl_send_fn)(fl_send_args *args);
+typedef fl_status (*fl_recv_fn)(fl_recv_args *args);
+
+typedef struct fl_collectives_extension {
+    fl_extension_base base;          /* type FL_EXTENSION_COLLECTIVES */
+    uint64_t dtypes;                 /* mask of (1ull << fl_dtype) every collective accepts */
+    uint32_t reduce_ops;             /* mask of (1u << fl_reduce_op) all_reduce/reduce_scatter accept */
+    int32_t max_ranks;               /* the largest communicator size */
+    /* Required when the extension is present: */
+    fl_comm_get_unique_id_fn comm_get_unique_id;
+    fl_comm_create_fn comm_create;
+    fl_comm_destroy_fn comm_destroy;
+    /* Each optional (NULL: the runtime uses its host-staged path for that call): */
+    fl_all_reduce_fn all_reduce;
+    fl_broadcast_fn broadcast;
+    fl_all_gather_fn all_gather;
+    fl_reduce_scatter_fn reduce_scatter;
+    fl_all_to_all_fn all_to_all;
+    fl_send_fn send;
+    fl_recv_fn recv;
+} fl_collectives_extension;
 
 typedef fl_status (*fl_plugin_get_api_fn)(const fl_abi_version *requested, const fl_api **out);
 fl_status fl_plugin_get_api(const fl_abi_version *requested, const fl_api **out);

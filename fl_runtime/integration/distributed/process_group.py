@@ -14,6 +14,10 @@ Each call: stage fl tensors to the host (staging.py), queue the collective on
 the wire (transport.py), and return a `Work` whose future copies the results
 back and then completes.  Nothing else is synchronised: the caller's thread
 waits only for the device -> host copies of its own tensors.
+
+When every rank's plugin offers collectives (ABI 1.1), the calls the plugin can
+serve skip the staging and go to the plugin instead (vendor.py says which and
+how); `vendor_plugins` names them, empty when the group is host-staged only.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import torch.distributed as dist
 
 from fl_runtime.integration.distributed.staging import IN, INOUT, OUT, Staging
 from fl_runtime.integration.distributed.transport import Transport
+from fl_runtime.integration.distributed.vendor import VendorCollectives
 from fl_runtime.integration.distributed.work import CallSite, CollectiveError, FLWork
 
 BACKEND_NAME = "fl"
@@ -40,6 +45,7 @@ class FLProcessGroup(dist.ProcessGroup):
         self._timeout = timeout
         self._transport = transport
         self._wire = transport.connect(store, rank, size, timeout, group_name)
+        self._vendor = VendorCollectives.connect(store, rank, size, timeout, group_name)
         self._group_name, self._group_desc = group_name, ""
         self._waiter_lock = threading.Lock()
         self._waiter_pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -81,6 +87,15 @@ class FLProcessGroup(dist.ProcessGroup):
     def transport_name(self) -> str:
         return self._transport.name
 
+    @property
+    def vendor_plugins(self) -> frozenset[str]:
+        """Plugins whose own collectives this group uses (every rank offers them); empty: host-staged."""
+        return self._vendor.plugins if self._vendor is not None else frozenset()
+
+    def _vendor_call(self, method: str, *args) -> FLWork | None:
+        """The vendor path's Work for this call, or None for the host-staged path."""
+        return None if self._vendor is None else getattr(self._vendor, method)(*args)
+
     # ---- the one path every collective takes --------------------------------------------------
     def _run(self, op: str, staged_call, args: list[tuple[object, str]], result) -> FLWork:
         """Stage `args` (value, role) pairs, call `staged_call(*staged)`, return Work(result)."""
@@ -113,6 +128,9 @@ class FLProcessGroup(dist.ProcessGroup):
     # ---- all-reduce ---------------------------------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts=None) -> dist.Work:
         opts = opts if opts is not None else dist.AllreduceOptions()
+        vendor = self._vendor_call("allreduce", tensors, opts.reduceOp)
+        if vendor is not None:
+            return vendor
         scale, opts.reduceOp = _premul(opts.reduceOp)
 
         def call(host):
@@ -141,6 +159,9 @@ class FLProcessGroup(dist.ProcessGroup):
     # ---- broadcast / scatter / gather -----------------------------------------------------------
     def broadcast(self, tensors: list[torch.Tensor], opts=None) -> dist.Work:
         opts = opts if opts is not None else dist.BroadcastOptions()
+        vendor = self._vendor_call("broadcast", tensors, opts.rootRank)
+        if vendor is not None:
+            return vendor
         return self._run("broadcast", lambda host: self._future(self._wire.broadcast(host, opts)),
                          [(tensors, INOUT)], tensors)
 
@@ -157,6 +178,9 @@ class FLProcessGroup(dist.ProcessGroup):
     # ---- all-gather -----------------------------------------------------------------------------
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts=None) -> dist.Work:
         opts = opts if opts is not None else dist.AllgatherOptions()
+        vendor = self._vendor_call("allgather", outputs, inputs)
+        if vendor is not None:
+            return vendor
         return self._run("all_gather", lambda o, i: self._future(self._wire.allgather(o, i, opts)),
                          [(outputs, OUT), (inputs, IN)], outputs)
 
@@ -169,6 +193,9 @@ class FLProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts=None) -> dist.Work:
         opts = opts if opts is not None else dist.AllgatherOptions()
+        vendor = self._vendor_call("all_gather_into", output, input)
+        if vendor is not None:
+            return vendor
         return self._run("all_gather_into_tensor",
                          lambda o, i: self._future(self._wire._allgather_base(o, i, opts)),
                          [(output, OUT), (input, IN)], output)
@@ -197,6 +224,9 @@ class FLProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts=None) -> dist.Work:
         opts = opts if opts is not None else dist.ReduceScatterOptions()
+        vendor = self._vendor_call("reduce_scatter_into", output, input, opts.reduceOp)
+        if vendor is not None:
+            return vendor
         scale, opts.reduceOp = _premul(opts.reduceOp)
 
         def call(o, i):
@@ -226,6 +256,9 @@ class FLProcessGroup(dist.ProcessGroup):
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
                           input_split_sizes: list[int], opts=None) -> dist.Work:
         opts = opts if opts is not None else dist.AllToAllOptions()
+        vendor = self._vendor_call("all_to_all_single", output, input, output_split_sizes, input_split_sizes)
+        if vendor is not None:
+            return vendor
 
         def call(o, i):
             return self._future(self._wire.alltoall_base(o, i, output_split_sizes, input_split_sizes, opts))
@@ -234,6 +267,9 @@ class FLProcessGroup(dist.ProcessGroup):
     alltoall_base = all_to_all_single
 
     # ---- point to point and barrier -----------------------------------------------------------------
+    # Point to point stays host-staged even in a vendor group: a sender cannot know whether its
+    # peer receives with recv(src=None), which only Gloo serves (NCCL refuses it for the same
+    # reason), and both ends must take the same path.
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> dist.Work:
         return self._run(f"send to rank {dst}", lambda t: self._future(self._wire.send(t, dst, tag)),
                          [(tensors, IN)], tensors)
@@ -266,6 +302,8 @@ class FLProcessGroup(dist.ProcessGroup):
 
     # ---- lifetime -------------------------------------------------------------------------------------
     def shutdown(self) -> None:
+        if self._vendor is not None:
+            self._vendor.close()
         shutdown = getattr(self._wire, "shutdown", None)
         if shutdown is not None:
             shutdown()

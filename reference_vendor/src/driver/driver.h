@@ -7,6 +7,8 @@
  *
  *   plugin.c   entry point, the fl_api table, plugin info      (top)
  *   launch.c   the kernel table handed to the runtime, launch_kernel
+ *   collective.c  the collectives extension (ABI 1.1): communicators over
+ *              POSIX shared memory, collectives as stream tasks
  *   copy.c     memcpy_*_async and memset_async
  *   event.c    events, event_record and stream_wait_event
  *   stream.c   streams: a device and a queue
@@ -57,7 +59,8 @@ typedef enum drv_task_kind {
     DRV_TASK_KERNEL,
     DRV_TASK_COPY,
     DRV_TASK_MEMSET,
-    DRV_TASK_HOST         /* a host function, e.g. an event's record or wait */
+    DRV_TASK_HOST,        /* a host function, e.g. an event's record or wait */
+    DRV_TASK_CALL         /* a host function that can fail (collectives): its status is sticky */
 } drv_task_kind;
 
 /* One queued unit of work; small and copied by value into a ring. */
@@ -68,6 +71,8 @@ typedef struct drv_task {
         struct { void *dst; const void *src; uint64_t size; } copy;
         struct { void *dst; uint64_t size; uint8_t value; } set;
         struct { void (*fn)(void *obj, uint64_t value); void *obj; uint64_t value; } host;
+        /* fn writes why it failed into message (cap bytes) and returns the status */
+        struct { fl_status (*fn)(void *obj, char *message, size_t cap); void *obj; } call;
     } u;
 } drv_task;
 
@@ -188,6 +193,8 @@ fl_status drv_memcpy_d2d_async(fl_stream stream, int32_t dst_device, fl_devptr d
                                uint64_t src_offset, uint64_t size);
 fl_status drv_memset_async(fl_stream stream, fl_devptr dst, uint64_t dst_offset,
                            uint8_t value, uint64_t size);
+
+extern const fl_collectives_extension drv_collectives_extension;              /* collective.c */
 
 fl_status drv_kernel_table(const fl_kernel_entry **entries, uint32_t *count);  /* launch.c */
 fl_status drv_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel,

@@ -46,9 +46,10 @@ static const fl_api g_api = {
     .event_elapsed_ms = drv_event_elapsed_ms,
     .kernel_table = drv_kernel_table,
     .launch_kernel = drv_launch_kernel,
+    .extension_start = &drv_collectives_extension.base,
 };
 
-/* The one exported symbol.  Any 1.x request gets our 1.0 table: a newer
+/* The one exported symbol.  Any 1.x request gets our 1.1 table: a newer
  * runtime reads only what our struct_size covers, an older one ignores the
  * tail.  A different major cannot be bridged and is refused by name. */
 __attribute__((visibility("default")))

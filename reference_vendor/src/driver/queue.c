@@ -13,8 +13,8 @@
  * the worker makes room (bounded memory).
  *
  * Tasks: a kernel (run through the SDK kernel interface, its arguments freed
- * afterwards), a copy, a memset, or a host function (events use those for
- * their records and waits).  The first failure is kept, sticky, until
+ * afterwards), a copy, a memset, a host function (events use those for
+ * their records and waits), or a host call that can fail (collectives).  The first failure is kept, sticky, until
  * drv_queue_synchronize or drv_queue_query hands it out.
  */
 #include "driver.h"
@@ -107,6 +107,9 @@ static fl_status run_task(drv_queue *q, const drv_task *t, flk_ctx *ctx) {
     case DRV_TASK_HOST:
         t->u.host.fn(t->u.host.obj, t->u.host.value);
         break;
+    case DRV_TASK_CALL:
+        ctx->message[0] = '\0';
+        return t->u.call.fn(t->u.call.obj, ctx->message, sizeof ctx->message);
     }
     return FL_SUCCESS;
 }
@@ -118,8 +121,11 @@ static void note_failure_locked(drv_queue *q, const drv_task *t, fl_status st,
     if (q->error != FL_SUCCESS)
         return;
     q->error = st;
-    snprintf(q->error_message, sizeof q->error_message, "kernel %s failed on stream: %s",
-             t->u.kernel.def->op, ctx->message);
+    if (t->kind == DRV_TASK_KERNEL)
+        snprintf(q->error_message, sizeof q->error_message, "kernel %s failed on stream: %s",
+                 t->u.kernel.def->op, ctx->message);
+    else
+        snprintf(q->error_message, sizeof q->error_message, "%s", ctx->message);
 }
 
 static uint64_t spin_ns(void) {
