@@ -305,6 +305,13 @@ fl_status drv_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel, con
     if (nargs && !args)
         return drv_fail(FL_ERROR_INVALID_VALUE, "launch_kernel(%s): args is NULL with nargs=%u",
                         def->op, nargs);
+#ifdef FL_REFERENCE_NULL_KERNELS
+    /* The benchmarks' null plugin (benchmarks/null_plugin.py): the same kernel table,
+     * memory, copies and declines (so the runtime takes the same paths), but an accepted
+     * launch returns here, unvalidated and not queued: what a caller measures is the
+     * runtime's own host cost.  Outputs keep whatever bytes their memory held. */
+    return decline_unsupported(def, plan.dev->index, args, nargs);
+#endif
     if ((st = plan_args(&plan, args, nargs)) != FL_SUCCESS)
         return st;
     if ((st = decline_unsupported(def, plan.dev->index, args, nargs)) != FL_SUCCESS)
