@@ -40,6 +40,7 @@ typedef struct launch_plan {
     size_t ptrs;         /* entries of tensor-list pointer arrays */
     size_t words;        /* 8-byte values: sizes, strides, int and float lists */
     size_t chars;        /* string bytes, NULs included */
+    uint64_t bytes;      /* tensor data the kernel may touch (extents, summed) */
 } launch_plan;
 
 static const uint8_t g_itemsize[FL_DTYPE_COUNT] = {
@@ -122,6 +123,7 @@ static fl_status plan_tensor(launch_plan *p, const fl_tensor *t, uint32_t argi, 
         return arg_fail(p, argi, entry, msg);
     }
     p->tensors++;
+    p->bytes += extent;
     p->words += 2 * (size_t)t->ndim;
     return FL_SUCCESS;
 }
@@ -320,7 +322,7 @@ fl_status drv_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel, con
     if (!copy)
         return drv_fail(FL_ERROR_INTERNAL, "launch_kernel(%s): out of host memory", def->op);
     drv_task t = {.kind = DRV_TASK_KERNEL, .u.kernel = {.def = def, .args = copy, .nargs = nargs}};
-    st = drv_queue_enqueue(drv_stream_queue(stream), &t);
+    st = drv_queue_enqueue_kernel(drv_stream_queue(stream), &t, plan.bytes);
     if (st != FL_SUCCESS)
         free(copy);
     return st;
