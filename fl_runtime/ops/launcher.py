@@ -110,11 +110,13 @@ class Launcher:
         return not isinstance(main, torch.Tensor) or bool((choice.dtypes >> _FL_DTYPE[main.dtype]) & 1)
 
     def _make_kernel(self, name: str):
-        launch = self.launch
+        # The op's plan and signature cache bound once here: a call pays no lookup for them.
+        launch = self._launch_planned
+        plan, spec_cache = self._plan(name)
 
         def kernel(*args, **kwargs):
             try:
-                return launch(name, args, kwargs)
+                return launch(name, plan, spec_cache, args, kwargs)
             except BaseException as exc:
                 _outlive_unwinding(exc, args, kwargs)
                 del args, kwargs, exc
@@ -123,13 +125,17 @@ class Launcher:
         return kernel
 
     def launch(self, name: str, args: tuple, kwargs: dict):
+        """Run op `name` (a kernel-table name) on the vendor, or through the fallback chain."""
+        plan, spec_cache = self._plan(name)
+        return self._launch_planned(name, plan, spec_cache, args, kwargs)
+
+    def _launch_planned(self, name: str, plan: OpPlan, spec_cache: OutputSpecCache, args: tuple, kwargs: dict):
         if _held_inputs:
             release_held()
         if accounting.PHASES is not None:      # benchmarks only: the timed copy of this path
             return self._launch_timed(name, args, kwargs, accounting.PHASES)
         prof = accounting.ACTIVE
         start = perf_counter_ns() if prof is not None else 0
-        plan, spec_cache = self._plan(name)
         values = plan.normalize(args, kwargs)
         device = self._device_of(plan, values)
         choice = device.kernels.get(name)
