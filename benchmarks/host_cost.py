@@ -195,7 +195,7 @@ def timed_phases(step, iterations: int, sync) -> tuple[float, dict, int]:
     """(thread seconds per iteration, phase -> seconds per iteration, launcher calls per
     iteration) with the launcher's timed path installed."""
     from fl_runtime.ops import accounting
-    times = accounting.PhaseTimes()
+    times = accounting.PhaseTimes(time.thread_time_ns)     # the same clock as the totals
     step()
     sync()
     previous = accounting.set_phases(times)
