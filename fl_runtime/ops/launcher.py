@@ -181,7 +181,8 @@ class Launcher:
     def _launch_timed(self, name: str, args: tuple, kwargs: dict, times: accounting.PhaseTimes):
         """launch() step for step, with the time of each phase added to `times`
         (accounting.PHASE_NAMES; benchmarks/host_cost.py).  Keep it in step with launch():
-        tests/test_host_cost_phases.py checks both give the same values."""
+        tests/test_host_cost_phases.py checks both give the same values.  It does not report
+        to a profile (tools.profiler): phase timing and a profile are not meant to overlap."""
         clock = times.clock
         ns = times.ns
         t0 = clock()
