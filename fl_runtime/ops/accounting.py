@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from time import perf_counter_ns
 
 NATIVE = "native"
 GENERIC = "generic"
@@ -24,6 +25,7 @@ FAST = "fast"
 _counts: Counter = Counter()
 _lock = threading.Lock()
 ACTIVE = None      # the innermost active tools.profiler.Profile, or None
+PHASES = None      # a PhaseTimes while the launcher's phases are timed (benchmarks), or None
 
 
 def record(op: str, path: str) -> None:
@@ -47,4 +49,38 @@ def set_active(profile) -> object:
     """Install `profile` (or None) as the one op paths report timings to; returns the previous one."""
     global ACTIVE
     previous, ACTIVE = ACTIVE, profile
+    return previous
+
+
+# The launcher's phases, in the order a launch goes through them (README "Status and
+# known limits": where an op's host time goes); "fallback" is a call the chain ran,
+# less the native launches it made (those count in their own phases).
+PHASE_NAMES = ("normalize", "layout", "allocate", "marshal", "order", "launch", "fallback")
+
+
+class PhaseTimes:
+    """Nanoseconds per launcher phase, summed over calls, while installed with
+    set_phases().  The launcher checks for one once per call and then takes a
+    separate timed path, so the untimed path pays nothing for it.  One thread
+    at a time (a benchmark's): the sums are not locked."""
+
+    def __init__(self, clock=None) -> None:
+        # perf_counter_ns by default; time.thread_time_ns leaves out the time other processes
+        # hold the core (a shared machine), at the price of a system call per reading.
+        self.clock = clock or perf_counter_ns
+        self.ns = [0] * len(PHASE_NAMES)
+        self.calls = 0          # launcher calls, nested ones (a generic kernel's) included
+
+    def inside_ns(self) -> int:
+        """Time inside the launcher: the phases cover each call end to end, once."""
+        return sum(self.ns)
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(zip(PHASE_NAMES, self.ns))
+
+
+def set_phases(times: PhaseTimes | None) -> PhaseTimes | None:
+    """Install `times` (or None) as the launcher's phase clock; returns the previous one."""
+    global PHASES
+    previous, PHASES = PHASES, times
     return previous

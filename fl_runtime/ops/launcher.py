@@ -110,11 +110,13 @@ class Launcher:
         return not isinstance(main, torch.Tensor) or bool((choice.dtypes >> _FL_DTYPE[main.dtype]) & 1)
 
     def _make_kernel(self, name: str):
-        launch = self.launch
+        # The op's plan and signature cache bound once here: a call pays no lookup for them.
+        launch = self._launch_planned
+        plan, spec_cache = self._plan(name)
 
         def kernel(*args, **kwargs):
             try:
-                return launch(name, args, kwargs)
+                return launch(name, plan, spec_cache, args, kwargs)
             except BaseException as exc:
                 _outlive_unwinding(exc, args, kwargs)
                 del args, kwargs, exc
@@ -123,11 +125,17 @@ class Launcher:
         return kernel
 
     def launch(self, name: str, args: tuple, kwargs: dict):
+        """Run op `name` (a kernel-table name) on the vendor, or through the fallback chain."""
+        plan, spec_cache = self._plan(name)
+        return self._launch_planned(name, plan, spec_cache, args, kwargs)
+
+    def _launch_planned(self, name: str, plan: OpPlan, spec_cache: OutputSpecCache, args: tuple, kwargs: dict):
         if _held_inputs:
             release_held()
+        if accounting.PHASES is not None:      # benchmarks only: the timed copy of this path
+            return self._launch_timed(name, args, kwargs, accounting.PHASES)
         prof = accounting.ACTIVE
         start = perf_counter_ns() if prof is not None else 0
-        plan, spec_cache = self._plan(name)
         values = plan.normalize(args, kwargs)
         device = self._device_of(plan, values)
         choice = device.kernels.get(name)
@@ -169,6 +177,78 @@ class Launcher:
         if prof is None:
             accounting.record(plan.qualified_name, _NATIVE)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _launch_timed(self, name: str, args: tuple, kwargs: dict, times: accounting.PhaseTimes):
+        """launch() step for step, with the time of each phase added to `times`
+        (accounting.PHASE_NAMES; benchmarks/host_cost.py).  Keep it in step with launch():
+        tests/test_host_cost_phases.py checks both give the same values.  It does not report
+        to a profile (tools.profiler): phase timing and a profile are not meant to overlap."""
+        clock = times.clock
+        ns = times.ns
+        t0 = clock()
+        plan, spec_cache = self._plan(name)
+        values = plan.normalize(args, kwargs)
+        device = self._device_of(plan, values)
+        choice = device.kernels.get(name)
+        if choice is not None and choice.autocast is not None and _is_autocast_enabled("fl"):
+            choice = choice.autocast
+        main = values[plan.tensor_arg_indices[0]] if plan.tensor_arg_indices else None
+        t1 = clock()
+        ns[0] += t1 - t0
+        times.calls += 1
+        if choice is None or (isinstance(main, torch.Tensor) and not (choice.dtypes >> _FL_DTYPE[main.dtype]) & 1):
+            return self._timed_fallback(times, t1, self.chain.run, plan.op, args, kwargs, device.index)
+        if plan.list_tensor_arg_indices:
+            _lists_to_device(plan, values, device.index)
+        try:
+            entry = spec_cache.lookup(values)
+        except (NotImplementedError, RuntimeError) as exc:
+            return self._timed_fallback(times, t1, self.chain.run_on_cpu, plan.op, args, kwargs,
+                                        device.index, f"its meta kernel failed ({exc})")
+        t2 = clock()
+        ns[1] += t2 - t1
+        rt = self.rt
+        stream = rt.streams.current(device.index)
+        outputs = self._outputs(plan, values, entry.specs, device, stream)
+        t3 = clock()
+        ns[2] += t3 - t2
+        try:
+            try:
+                c_args, count = marshal(plan, values, outputs,
+                                        rt.rng.taker(device.index) if plan.has_generator else None, entry)
+            except MarshalError as exc:
+                outputs.clear()
+                return self._timed_fallback(times, clock(), self.chain.run_on_cpu, plan.op, args,
+                                            kwargs, device.index, str(exc))
+            t4 = clock()
+            ns[3] += t4 - t3
+            rt.order_after_writers(device.index, stream, values, outputs)
+            t5 = clock()
+            ns[4] += t5 - t4
+            status = choice.launch_fn(stream.handle, choice.entry, c_args, count)
+            if status != abi.SUCCESS:
+                if status == _DECLINED:
+                    outputs.clear()
+                    return self._timed_fallback(times, clock(), self.chain.run_on_cpu, plan.op,
+                                                args, kwargs, device.index, _declined_reason(device))
+                _raise_launch_failure(device, status, name)
+        except BaseException:
+            _drop(outputs)
+            raise
+        accounting.record(plan.qualified_name, _NATIVE)
+        t6 = clock()
+        ns[5] += t6 - t5
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    @staticmethod
+    def _timed_fallback(times: accounting.PhaseTimes, start: int, run, *call):
+        """A fallback under _launch_timed: its time less the launches it made itself
+        (those were added to their own phases)."""
+        nested_before = sum(times.ns)
+        try:
+            return run(*call)
+        finally:
+            times.ns[6] += times.clock() - start - (sum(times.ns) - nested_before)
 
     @staticmethod
     def _profiled_launch(prof, start: int, name: str, choice: KernelChoice, device: DeviceInfo,

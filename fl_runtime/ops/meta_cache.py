@@ -64,7 +64,7 @@ class OutputSpecCache:
         self._memo: dict = {}
 
     def lookup(self, values: list) -> SignatureEntry:
-        key = tuple(_key_of(v) for v in values)
+        key = tuple(map(_key_of, values))      # map: no generator frame per value (hot path)
         entry = self._memo.get(key)
         if entry is None:
             # Threads: a miss runs the meta kernel outside any lock; if two threads miss

@@ -100,6 +100,9 @@ fl_status drv_queue_start(drv_queue *q, int32_t device, const char *call);
 void drv_queue_stop(drv_queue *q);
 /* Append a task; blocks (without spinning) while the queue is full. */
 fl_status drv_queue_enqueue(drv_queue *q, const drv_task *task);
+/* A kernel task touching `bytes` of tensor data: run at once on the calling
+ * thread when it is small and the queue is idle, else enqueued (queue.c). */
+fl_status drv_queue_enqueue_kernel(drv_queue *q, const drv_task *task, uint64_t bytes);
 /* Append a task built by `fill` while the queue lock is held, so that work
  * numbered by `fill` (event generations) enters the queue atomically. */
 fl_status drv_queue_enqueue_with(drv_queue *q, void (*fill)(drv_task *slot, void *ctx),

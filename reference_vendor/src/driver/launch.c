@@ -40,6 +40,7 @@ typedef struct launch_plan {
     size_t ptrs;         /* entries of tensor-list pointer arrays */
     size_t words;        /* 8-byte values: sizes, strides, int and float lists */
     size_t chars;        /* string bytes, NULs included */
+    uint64_t bytes;      /* tensor data the kernel may touch (extents, summed) */
 } launch_plan;
 
 static const uint8_t g_itemsize[FL_DTYPE_COUNT] = {
@@ -122,6 +123,7 @@ static fl_status plan_tensor(launch_plan *p, const fl_tensor *t, uint32_t argi, 
         return arg_fail(p, argi, entry, msg);
     }
     p->tensors++;
+    p->bytes += extent;
     p->words += 2 * (size_t)t->ndim;
     return FL_SUCCESS;
 }
@@ -305,6 +307,13 @@ fl_status drv_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel, con
     if (nargs && !args)
         return drv_fail(FL_ERROR_INVALID_VALUE, "launch_kernel(%s): args is NULL with nargs=%u",
                         def->op, nargs);
+#ifdef FL_REFERENCE_NULL_KERNELS
+    /* The benchmarks' null plugin (benchmarks/null_plugin.py): the same kernel table,
+     * memory, copies and declines (so the runtime takes the same paths), but an accepted
+     * launch returns here, unvalidated and not queued: what a caller measures is the
+     * runtime's own host cost.  Outputs keep whatever bytes their memory held. */
+    return decline_unsupported(def, plan.dev->index, args, nargs);
+#endif
     if ((st = plan_args(&plan, args, nargs)) != FL_SUCCESS)
         return st;
     if ((st = decline_unsupported(def, plan.dev->index, args, nargs)) != FL_SUCCESS)
@@ -313,7 +322,7 @@ fl_status drv_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel, con
     if (!copy)
         return drv_fail(FL_ERROR_INTERNAL, "launch_kernel(%s): out of host memory", def->op);
     drv_task t = {.kind = DRV_TASK_KERNEL, .u.kernel = {.def = def, .args = copy, .nargs = nargs}};
-    st = drv_queue_enqueue(drv_stream_queue(stream), &t);
+    st = drv_queue_enqueue_kernel(drv_stream_queue(stream), &t, plan.bytes);
     if (st != FL_SUCCESS)
         free(copy);
     return st;

@@ -14,7 +14,9 @@
  *
  * Tasks: a kernel (run through the SDK kernel interface, its arguments freed
  * afterwards), a copy, a memset, a host function (events use those for
- * their records and waits), or a host call that can fail (collectives).  The first failure is kept, sticky, until
+ * their records and waits), or a host call that can fail (collectives).  A
+ * small kernel launched onto an idle queue runs on the launching thread
+ * instead (drv_queue_enqueue_kernel).  The first failure is kept, sticky, until
  * drv_queue_synchronize or drv_queue_query hands it out.
  */
 #include "driver.h"
@@ -233,6 +235,42 @@ fl_status drv_queue_enqueue_with(drv_queue *q, void (*fill)(drv_task *slot, void
     if (!slot)
         return queue_full_error(q);
     fill(slot, ctx);
+    return publish_and_unlock(q);
+}
+
+/* Kernels touching at most this many bytes of tensor data may run inline
+ * (FL_REFERENCE_INLINE_BYTES; 0 turns it off).  Handing a kernel of a few
+ * microseconds to the worker costs more than the kernel on a busy host: the
+ * worker must be scheduled, and on a machine with fewer free cores than
+ * threads it waits for the launching thread's time slice to end. */
+static uint64_t inline_bytes(void) {
+    static uint64_t cached = UINT64_MAX;
+    if (cached == UINT64_MAX) {
+        const char *text = getenv("FL_REFERENCE_INLINE_BYTES");
+        long long n = text ? strtoll(text, NULL, 10) : 65536;
+        cached = (uint64_t)(n < 0 ? 0 : n);
+    }
+    return cached;
+}
+
+fl_status drv_queue_enqueue_kernel(drv_queue *q, const drv_task *task, uint64_t bytes) {
+    pthread_mutex_lock(&q->lock);
+    if (q->head == q->tail && bytes <= inline_bytes() && inline_bytes() > 0) {
+        /* The queue is idle: every task enqueued before has run, so running this
+         * one here and now keeps the stream's FIFO order.  The lock is held while
+         * it runs, so a later enqueue (any thread), synchronize or query waits for
+         * it; a failure becomes the queue's sticky error, as on the worker. */
+        flk_ctx ctx;
+        fl_status st = run_kernel(q, task, &ctx);
+        if (st != FL_SUCCESS)
+            note_failure_locked(q, task, st, &ctx);
+        pthread_mutex_unlock(&q->lock);
+        return FL_SUCCESS;
+    }
+    drv_task *slot = reserve_slot_locked(q);
+    if (!slot)
+        return queue_full_error(q);
+    *slot = *task;
     return publish_and_unlock(q);
 }
 
