@@ -78,6 +78,13 @@ static void slow_down(int32_t device, uint64_t took_ns) {
     }
 }
 
+/* A slowed device's extra time is a sleep on its worker: it must cost the host no
+ * thread, so its kernels never run inline on the launching thread. */
+static int slowed(int32_t device) {
+    pthread_once(&g_slowdown_once, parse_slowdown);
+    return device >= 0 && device < SLOWDOWN_MAX_DEVICES && g_slowdown[device] > 1.0;
+}
+
 static fl_status run_kernel(drv_queue *q, const drv_task *t, flk_ctx *ctx) {
     ctx->device = q->device;
     ctx->op = t->u.kernel.def->op;
@@ -255,7 +262,7 @@ static uint64_t inline_bytes(void) {
 
 fl_status drv_queue_enqueue_kernel(drv_queue *q, const drv_task *task, uint64_t bytes) {
     pthread_mutex_lock(&q->lock);
-    if (q->head == q->tail && bytes <= inline_bytes() && inline_bytes() > 0) {
+    if (q->head == q->tail && bytes <= inline_bytes() && inline_bytes() > 0 && !slowed(q->device)) {
         /* The queue is idle: every task enqueued before has run, so running this
          * one here and now keeps the stream's FIFO order.  The lock is held while
          * it runs, so a later enqueue (any thread), synchronize or query waits for
