@@ -140,11 +140,11 @@ MUTANTS = [
     Mutant("uniform-float-has-16-random-bits", "src/kernels/random.c",
            "                    v[j] = lo + span * ((double)(r0[j] >> 8) * 0x1.0p-24);",
            "                    v[j] = lo + span * ((double)(r0[j] >> 16) * 0x1.0p-16);",
-           "uniform_ and float32 and not robust", "kernels", {"uniform_"}, "random bits"),
+           "(uniform_ or neg-) and float32 and not robust", "kernels", {"uniform_"}, "random bits"),
     Mutant("philox-ignores-seed-high-word", "src/kernels/random.c",
            "    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);",
            "    uint32_t k0 = (uint32_t)seed, k1 = 0;",
-           "uniform_ and float32 and not robust", "kernels", {"uniform_"}, "seed bit(s) 32..62"),
+           "(uniform_ or neg-) and float32 and not robust", "kernels", {"uniform_"}, "seed bit(s) 32..62"),
     Mutant("matmul-ignores-transpose-of-aligned-column-major-b", "src/kernels/matmul.c",
            "            st = ref_gemm(a, dt, oa.trans, ob.trans, m, n, k, alpha, oa.p, oa.ld, ob.p, ob.ld, beta,\n"
            "                          C->p, ldc);",
