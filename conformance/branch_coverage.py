@@ -131,25 +131,29 @@ def summarize(files: dict) -> dict:
     for name, record in sorted(files.items()):
         never = sorted(record["never"].items())
         per_file[name] = {"branches": record["branches"], "taken": record["taken"],
-                          "percent": round(100.0 * record["taken"] / record["branches"], 1) if record["branches"] else None,
+                          "percent": _percent(record["taken"], record["branches"]),
                           "lines_with_untaken_branches": [{"line": ln, "untaken": n} for ln, n in never]}
     branches = sum(r["branches"] for r in files.values())
     taken = sum(r["taken"] for r in files.values())
     kernels = {n: r for n, r in files.items() if "/kernels/" in f"/{n}"}
     k_branches = sum(r["branches"] for r in kernels.values())
     k_taken = sum(r["taken"] for r in kernels.values())
-    return {"tool": "gcov", "branches": branches, "taken": taken,
-            "percent": round(100.0 * taken / branches, 1) if branches else None,
-            "kernel_sources": {"branches": k_branches, "taken": k_taken,
-                               "percent": round(100.0 * k_taken / k_branches, 1) if k_branches else None},
+    return {"tool": "gcov", "branches": branches, "taken": taken, "percent": _percent(taken, branches),
+            "kernel_sources": {"branches": k_branches, "taken": k_taken, "percent": _percent(k_taken, k_branches)},
             "files": per_file}
+
+
+def _percent(taken: int, branches: int) -> float | None:
+    return round(100.0 * taken / branches, 1) if branches else None
 
 
 def markdown(coverage: dict) -> str:
     rows = ["| source | branches | taken | % | lines with a branch never taken |", "|---|---|---|---|---|"]
     for name, record in coverage["files"].items():
         lines = [str(x["line"]) for x in record["lines_with_untaken_branches"]]
-        shown = ", ".join(lines[:MAX_LINES_LISTED]) + (f" ... ({len(lines)} lines)" if len(lines) > MAX_LINES_LISTED else "")
+        shown = ", ".join(lines[:MAX_LINES_LISTED])
+        if len(lines) > MAX_LINES_LISTED:
+            shown += f" ... ({len(lines)} lines)"
         rows.append(f"| {name} | {record['branches']} | {record['taken']} | {record['percent']} | {shown} |")
     rows.append(f"| **all** | {coverage['branches']} | {coverage['taken']} | {coverage['percent']} | |")
     k = coverage["kernel_sources"]

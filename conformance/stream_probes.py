@@ -187,20 +187,22 @@ def kind_is_ordered(dev: Device, busy: Busy, a, b, buffers: Buffers, kind: str,
     try:
         busy.enqueue(a)
         dev.d2d(a, target, 0, buffers.source, 0, PROBE_BYTES)
+        new = bytes([NEW]) * PROBE_BYTES
         if kind == "h2d":
-            want, seen = bytes([NEW]) * PROBE_BYTES, _after(dev, a, lambda: dev.h2d(a, target, 0, bytes([NEW]) * PROBE_BYTES), target)
+            want, seen = new, _after(dev, a, lambda: dev.h2d(a, target, 0, new), target)
         elif kind == "d2h":
             host = dev.d2h(a, target, 0, PROBE_BYTES)
             dev.synchronize(a)
             want, seen = bytes([BEHIND]) * PROBE_BYTES, ffi.buffer(host, PROBE_BYTES)[:]
         elif kind == "d2d":
-            want, seen = bytes([NEW]) * PROBE_BYTES, _after(
-                dev, a, lambda: dev.d2d(a, target, 0, buffers.source, PROBE_BYTES, PROBE_BYTES), target)
+            want, seen = new, _after(dev, a, lambda: dev.d2d(a, target, 0, buffers.source, PROBE_BYTES,
+                                                             PROBE_BYTES), target)
         elif kind == "memset":
-            want, seen = bytes([NEW]) * PROBE_BYTES, _after(dev, a, lambda: dev.memset(a, target, 0, NEW, PROBE_BYTES), target)
+            want, seen = new, _after(dev, a, lambda: dev.memset(a, target, 0, NEW, PROBE_BYTES), target)
         elif kind == "kernel":
-            assert fill is not None, "the kernel probe needs the plugin's fill kernel"
-            expected = []
+            if fill is None:
+                raise ValueError("the kernel probe needs the plugin's fill kernel")
+            expected: list[bytes] = []
             seen = _after(dev, a, lambda: expected.append(fill(a, target)), target)
             want = expected[0]
         elif kind == "event_record":
@@ -213,7 +215,7 @@ def kind_is_ordered(dev: Device, busy: Busy, a, b, buffers: Buffers, kind: str,
             dev.memset(b, target, 0, NEW, PROBE_BYTES)   # must land after a's copy
             dev.synchronize(b)
             dev.synchronize(a)
-            want, seen = bytes([NEW]) * PROBE_BYTES, dev.read(a, target, 0, PROBE_BYTES)
+            want, seen = new, dev.read(a, target, 0, PROBE_BYTES)
         else:
             raise ValueError(f"unknown enqueued kind {kind!r} (known: {', '.join(KINDS)})")
     finally:

@@ -184,8 +184,9 @@ def test_live_allocations_survive_neighbours_freed_and_reused(device):
     stream = device.new_stream()
     blocks = _Blocks(device, stream, rng)
     try:
-        for i in range(2 * len(LARGE_SIZES) * 2):
-            blocks.allocate(SMALL_SIZES[i // 2 % len(SMALL_SIZES)] if i % 2 == 0 else LARGE_SIZES[i // 2 % len(LARGE_SIZES)])
+        for i in range(4 * len(LARGE_SIZES)):   # small, large, small, large ...: neighbours by construction
+            sizes = SMALL_SIZES if i % 2 == 0 else LARGE_SIZES
+            blocks.allocate(sizes[i // 2 % len(sizes)])
         blocks.check("the first allocations")
         for round_ in range(CHURN_ROUNDS):
             large = [p for p, d in blocks.live.items() if len(d) > 4097]
