@@ -79,7 +79,9 @@ def instrumented_build(directory: Path, work: Path) -> Path:
 
 
 def flush() -> None:
-    """In a kernel worker about to _exit: write its counters (no-op without --coverage)."""
+    """Write this process's counters now (no-op without --coverage): a kernel worker about to
+    _exit, and the suite's own process before the counters are read.  gcov writes a process's
+    counters once, so its exit handler adds nothing afterwards."""
     library = os.environ.get(ENV)
     if library:
         handle = ctypes.CDLL(library)
@@ -199,6 +201,7 @@ def run(library: str, run_suite, json_path: str | None, html_path: str | None) -
         os.environ[ENV] = str(built)   # kernel workers inherit it (flush)
         try:
             status = run_suite(str(built))
+            flush()   # this process ran the abi, memory and streams tests; gcov would write only at exit
         finally:
             os.environ.pop(ENV, None)
         coverage = collect(directory, work)
