@@ -139,7 +139,11 @@ def _child(target: str, args: list) -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     finally:
-        os._exit(code)
+        try:   # _exit skips gcov's exit handler: write the counters of a --coverage build first
+            from conformance.branch_coverage import flush
+            flush()
+        finally:
+            os._exit(code)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.ops.schema import compile_plan
 
-from . import random_checks, statuses
+from . import layout_matrix, random_checks, statuses
 from .harness import STATUS, CallFailed, Declined, Device, KernelEntry, status_name
 from .numerics import CaseResult, RejectCase, check_case
 from .opinfo_cases import NoSource
@@ -42,8 +42,8 @@ def _outcome(status: str, message: str = "", result: CaseResult | None = None, *
 
 def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: Profile, run_seed: int,
              progress: Progress) -> dict:
-    """Hypothesis examples (plus the 16-bit sweep and the special-value grid) of one kernel on
-    one dtype against PyTorch CPU."""
+    """Hypothesis examples (plus the 16-bit sweep, the special-value grid and the layout
+    matrix) of one kernel on one dtype against PyTorch CPU."""
     dtype = DTYPES[dtype_name]
     fast = entry.variant_name == "fast"
     state = {"examples": 0, "rejected": 0, "worst": CaseResult(True), "failure": None, "declined": []}
@@ -65,6 +65,8 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
         if result.ratio >= state["worst"].ratio:
             state["worst"] = result
         if not result.ok:
+            if case.get("matrix"):   # say which deterministic case, not a drawn one, found it
+                result.message = f"{case['matrix']}: {result.message}"
             state["failure"] = (case, result)   # the last one is hypothesis' shrunk example
             raise _Mismatch(result.message)
 
@@ -73,7 +75,8 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
     except NoSource as exc:
         return _outcome(statuses.UNTESTED, str(exc))
     try:
-        for explicit in (sweep_case(entry.op, dtype), grid_case(entry.op, dtype)):
+        matrix = layout_matrix.cases(entry.op, dtype, profile.full_layout_matrix)
+        for explicit in (sweep_case(entry.op, dtype), grid_case(entry.op, dtype), *matrix):
             try:
                 if explicit is not None:
                     check(explicit)

@@ -18,13 +18,14 @@ class Profile:
     stateful_steps: int       # ... of at most this many steps
     unit_timeout_s: float     # a kernel worker silent this long on one dtype is hung
     fixed: bool               # certification: no option may change what runs
+    full_layout_matrix: bool = False   # conformance.layout_matrix: every case (cert) or a covering subset
 
 
 PROFILES: dict[str, Profile] = {
     "ci": Profile("ci", kernel_examples=10, property_examples=25, stateful_examples=25, stateful_steps=50,
                   unit_timeout_s=60, fixed=False),
     "cert": Profile("cert", kernel_examples=120, property_examples=200, stateful_examples=200,
-                    stateful_steps=100, unit_timeout_s=300, fixed=True),
+                    stateful_steps=100, unit_timeout_s=300, fixed=True, full_layout_matrix=True),
 }
 DEFAULT_SEED = 0
 

@@ -14,6 +14,14 @@ their distribution:
                 contiguous one does, and storage outside the view is untouched
   support       uniform_ within [from, to], bernoulli_ in {0, 1}, normal_ finite
   moments       mean, variance and histogram within 6 standard errors
+  seed bits     flipping any one of the seed's 63 low bits gives another, uncorrelated stream
+                (bit 63 never reaches a plugin: the runtime passes seeds as non-negative int64)
+  offsets       windows far apart (2**32, 2**62 counters) and adjacent ones are distinct
+                and uncorrelated (a counter cut to 32 bits repeats)
+  resolution    uniform_ on [0, 1) in float32 / float64 carries PyTorch's 24 / 53 random
+                bits: distinct values as many as the birthday bound allows, every one of
+                those bits (the low mantissa bits included) set half the time, a chi-square
+                on the top 8 bits, a runs test on the lowest bit and no lag-1 correlation
 
 Every draw uses fixed seeds, so a run is deterministic: a kernel passes or
 fails the same way each time, and 6 standard errors keep a correct kernel
@@ -193,6 +201,119 @@ def _holes(t: torch.Tensor) -> torch.Tensor:
     return flat[~covered].view(torch.uint8) if flat.numel() else flat.view(torch.uint8)
 
 
+SEED_BASE = 0x0123456789ABCDEF        # both bit values occur; bit 63 is 0 as every seed the runtime sends
+SEED_BITS = 63
+SEED_BIT_SAMPLES = 2048
+FAR_OFFSETS = (1 << 32, (1 << 32) + 3, 1 << 62)
+RESOLUTION_BITS = {"float32": 24, "float64": 53}   # PyTorch CPU's uniform_ (and the ABI's reference plugin)
+QUALITY_CALLS = 1 + 1 + SEED_BITS + 1 + len(FAR_OFFSETS)  # first, seed base, flipped bits, adjacent, far windows
+
+
+def _uncorrelated(a: torch.Tensor, b: torch.Tensor) -> float:
+    """|correlation| * sqrt(n): about a standard normal for independent streams."""
+    corr = float(torch.corrcoef(torch.stack([a.double().reshape(-1), b.double().reshape(-1)]))[0, 1])
+    return abs(corr) * math.sqrt(a.numel()) if math.isfinite(corr) else math.inf
+
+
+def _check_seed_bits(run: _Runner, dtype: str, law: Law) -> tuple[list[str], float]:
+    """Every seed bit matters: seed ^ (1 << k) gives a stream that differs and does not correlate."""
+    base, _ = run(_target(dtype, [SEED_BIT_SAMPLES]), law, SEED_BASE, 0)
+    ignored, correlated, worst = [], [], 0.0
+    for bit in range(SEED_BITS):
+        other, _ = run(_target(dtype, [SEED_BIT_SAMPLES]), law, SEED_BASE ^ (1 << bit), 0)
+        if torch.equal(_bits(other), _bits(base)):
+            ignored.append(bit)
+            continue
+        z = _uncorrelated(base, other)
+        worst = max(worst, z)
+        if z > Z_BOUND:
+            correlated.append(f"{bit} ({z:.1f} standard errors)")
+    problems = []
+    if ignored:
+        problems.append(f"{law.describe()}: flipping seed bit(s) {_ranges(ignored)} of {SEED_BASE:#x} gives the same "
+                        "stream: the generator ignores them (fl_abi.h: the whole seed is the generator's key)")
+    if correlated:
+        problems.append(f"{law.describe()}: flipping seed bit(s) {', '.join(correlated)} gives a correlated stream")
+    return problems, worst
+
+
+def _ranges(bits: list[int]) -> str:
+    return f"{bits[0]}..{bits[-1]}" if len(bits) > 2 and bits == list(range(bits[0], bits[-1] + 1)) else \
+        ", ".join(map(str, bits))
+
+
+def _check_offsets(run: _Runner, dtype: str, law: Law, first: torch.Tensor) -> tuple[list[str], float]:
+    """Windows of the stream at offset 0, the adjacent window and far offsets: pairwise distinct
+    and uncorrelated (a counter kept in 32 bits makes offset 2**32 repeat offset 0)."""
+    n = first.numel()
+    windows = {0: first}
+    for offset in (n, *FAR_OFFSETS):
+        windows[offset], _ = run(_target(dtype, [n]), law, _SEEDS[0], offset)
+    problems, worst, names = [], 0.0, list(windows)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if torch.equal(_bits(windows[a]), _bits(windows[b])):
+                problems.append(f"{law.describe()}: offsets {a} and {b} give the same {n} values "
+                                "(fl_abi.h: element i draws the 64-bit counter offset + i)")
+            elif law.variance > 0:
+                z = _uncorrelated(windows[a], windows[b])
+                worst = max(worst, z)
+                if z > Z_BOUND:
+                    problems.append(f"{law.describe()}: the windows at offsets {a} and {b} correlate "
+                                    f"({z:.1f} standard errors)")
+    return problems, worst
+
+
+def _check_resolution(x: torch.Tensor, dtype: str, law: Law) -> tuple[list[str], float]:
+    """uniform_ on [0, 1): the integer k = floor(x * 2**B) must look like B fair random bits."""
+    bits = RESOLUTION_BITS[dtype]
+    n = x.numel()
+    k = torch.floor(x.double().reshape(-1) * 2.0 ** bits).to(torch.int64)
+    stats: list[tuple[str, float]] = []
+    # Distinct values: with 2**B equally likely values, n draws collide n**2 / 2**(B+1) times on average.
+    collisions = n - int(torch.unique(k).numel())
+    expected = n * n / 2.0 ** (bits + 1)
+    stats.append((f"collisions ({collisions} among {n} draws; {expected:.0f} expected with {bits} random bits)",
+                  max(0.0, collisions - expected) / math.sqrt(expected + 1.0)))
+    ones = [(int(((k >> b) & 1).sum()), b) for b in range(bits)]
+    stats += [(f"bit {b} of the {bits}-bit fraction (set {count} of {n} times)",
+               abs(count - n / 2) / (math.sqrt(n) / 2)) for count, b in ones]
+    top = torch.bincount((k >> (bits - 8)).clamp(0, 255), minlength=256).double()
+    chi2 = float(((top - n / 256) ** 2 / (n / 256)).sum())
+    stats.append((f"chi-square of the top 8 bits ({chi2:.0f}, 255 degrees of freedom)", _chi2_z(chi2, 255)))
+    low = (k & 1).to(torch.int8)
+    n1 = int(low.sum())
+    n0 = n - n1
+    runs = 1 + int((low[1:] != low[:-1]).sum())
+    mu = 2.0 * n1 * n0 / n + 1
+    var = (mu - 1) * (mu - 2) / (n - 1)
+    stats.append((f"runs of the lowest bit ({runs}; {mu:.0f} expected)", _z(runs, mu, math.sqrt(max(var, 0.0)))))
+    v = x.double().reshape(-1)
+    stats.append(("lag-1 correlation of consecutive elements", _uncorrelated(v[1:], v[:-1])))
+    worst = max(z for _, z in stats)
+    return [f"uniform_ {law.describe()} on {dtype}: {name} is {z:.1f} standard errors off (bound {Z_BOUND:g}): "
+            f"fewer than the {bits} random bits PyTorch CPU gives {dtype}, or biased bits"
+            for name, z in stats if z > Z_BOUND], worst
+
+
+def _chi2_z(chi2: float, df: int) -> float:
+    """Wilson-Hilferty: the chi-square statistic as a standard normal deviate (one-sided, too large)."""
+    scale = 2.0 / (9 * df)
+    return max(0.0, ((chi2 / df) ** (1 / 3) - (1 - scale)) / math.sqrt(scale))
+
+
+def _check_quality(run: _Runner, dtype: str, law: Law) -> tuple[list[str], float]:
+    """Seed bits, offsets and (uniform_ on [0, 1) in float32/float64) the bits' resolution."""
+    first, _ = run(_target(dtype, [SAMPLES]), law, _SEEDS[0], 0)
+    problems, worst = _check_seed_bits(run, dtype, law)
+    found, z = _check_offsets(run, dtype, law, first)
+    problems, worst = problems + found, max(worst, z)
+    if run.entry.op == "uniform_" and law.params == (0.0, 1.0) and dtype in RESOLUTION_BITS:
+        found, z = _check_resolution(first, dtype, law)
+        problems, worst = problems + found, max(worst, z)
+    return problems, worst
+
+
 def check(dev: Device, stream, entry: KernelEntry, dtype: str) -> tuple[list[str], float, int]:
     """(problems, worst z-score, calls made) for one random kernel on one dtype."""
     if entry.op in dropout_checks.OPS:   # no generator argument: checked by what dropout means
@@ -202,12 +323,15 @@ def check(dev: Device, stream, entry: KernelEntry, dtype: str) -> tuple[list[str
     for law in LAWS[entry.op]:
         try:
             found, z = _check_law(run, dtype, law)
-            found += _check_layouts(run, dtype, law) if law is LAWS[entry.op][0] else []
+            if law is LAWS[entry.op][0]:
+                found += _check_layouts(run, dtype, law)
+                quality, quality_z = _check_quality(run, dtype, law)
+                found, z = found + quality, max(z, quality_z)
         except CallFailed as exc:
             found, z = [f"{law.describe()}: {exc}"], math.inf
         problems += found
         worst = max(worst, z)
-    return problems, worst, len(LAWS[entry.op]) * (4 + 2 * len(_LAYOUTS))
+    return problems, worst, len(LAWS[entry.op]) * (4 + 2 * len(_LAYOUTS)) + QUALITY_CALLS
 
 
 def script(library: str, entry: KernelEntry, dtype: str) -> str:

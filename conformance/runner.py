@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from . import CATEGORIES
+from . import CATEGORIES, branch_coverage
 from .profiles import ProfileError, choose
 from .target import TargetError, resolve
 
@@ -43,12 +43,17 @@ def pytest_args(library: str, profile: str, seed: int, junit: str | None, json_p
 
 def run(plugin: str, profile: str = "ci", junit: str | None = None, json_path: str | None = None,
         seed: int | None = None, keyword: str | None = None, run_known_failures: bool = False,
-        html_path: str | None = None, unit_timeout_s: float | None = None) -> int:
-    """Run the suite; returns the process exit status (pytest's: 0 only when nothing failed)."""
+        html_path: str | None = None, unit_timeout_s: float | None = None, coverage: bool = False) -> int:
+    """Run the suite; returns the process exit status (pytest's: 0 only when nothing failed).
+    `coverage`: on a gcov-instrumented rebuild of the plugin (conformance.branch_coverage)."""
     try:
         chosen, run_seed = choose(profile, seed, keyword, run_known_failures, unit_timeout_s)
         library = resolve(plugin).path
-    except (ProfileError, TargetError) as exc:
+        if coverage:
+            return branch_coverage.run(library, lambda built: run(built, profile, junit, json_path, seed, keyword,
+                                                                  run_known_failures, html_path, unit_timeout_s),
+                                       json_path, html_path)
+    except (ProfileError, TargetError, branch_coverage.CoverageError) as exc:
         print(f"fl-sdk test: {exc}", file=sys.stderr)
         return 2
     return int(pytest.main(pytest_args(library, chosen.name, run_seed, junit, json_path, keyword,

@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from fl_runtime.abi import ffi
 
-from .harness import Device
+from .harness import STATUS, Device, status_name
 
 BUSY_MS = 40.0            # long enough that no missing wait goes unseen on a loaded host
 CHUNK = 8 << 20           # bytes per busy copy
@@ -148,3 +149,185 @@ def elapsed_time_is_plausible(dev: Device, busy: Busy, stream) -> None:
 def _describe(seen: bytes) -> str:
     values = sorted(set(seen))
     return f"bytes {', '.join(hex(v) for v in values[:4])}{' ...' if len(values) > 4 else ''}"
+
+
+# ---- every enqueued kind behind busy work on the same buffer ----------------------
+
+OLD, BEHIND, NEW = 0x11, 0x22, 0x33   # target before / written by the busy stream's last copy / by the op
+KINDS = ("h2d", "d2h", "d2d", "memset", "kernel", "event_record", "stream_wait_event")
+
+
+@dataclass
+class Buffers:
+    """The probed buffer and a source whose first half holds BEHIND and second half NEW."""
+    target: int
+    source: int
+
+
+def _prepare(dev: Device, stream, buffers: Buffers) -> None:
+    """Known contents, finished before anything is probed (the host synchronizes)."""
+    dev.memset(stream, buffers.target, 0, OLD, PROBE_BYTES)
+    dev.memset(stream, buffers.source, 0, BEHIND, PROBE_BYTES)
+    dev.memset(stream, buffers.source, PROBE_BYTES, NEW, PROBE_BYTES)
+    dev.synchronize(stream)
+
+
+def kind_is_ordered(dev: Device, busy: Busy, a, b, buffers: Buffers, kind: str,
+                    fill: Callable[[object, int], bytes] | None = None) -> None:
+    """Stream a: busy work, then a d2d copy writes BEHIND into the target (the last write
+    of the busy period, on the same buffer), then one operation of `kind`.  The operation
+    must see the target as the busy period left it (a read gets BEHIND) or leave its own
+    bytes there (a write is not overwritten by the copy ahead of it).  An operation done
+    at call time instead of in stream order sees OLD or loses to the copy, every time.
+    `fill(stream, ptr)` enqueues the plugin's own kernel writing the target and returns
+    the bytes it must leave."""
+    _prepare(dev, a, buffers)
+    events = Events(dev)
+    target = buffers.target
+    try:
+        busy.enqueue(a)
+        dev.d2d(a, target, 0, buffers.source, 0, PROBE_BYTES)
+        new = bytes([NEW]) * PROBE_BYTES
+        if kind == "h2d":
+            want, seen = new, _after(dev, a, lambda: dev.h2d(a, target, 0, new), target)
+        elif kind == "d2h":
+            host = dev.d2h(a, target, 0, PROBE_BYTES)
+            dev.synchronize(a)
+            want, seen = bytes([BEHIND]) * PROBE_BYTES, ffi.buffer(host, PROBE_BYTES)[:]
+        elif kind == "d2d":
+            want, seen = new, _after(dev, a, lambda: dev.d2d(a, target, 0, buffers.source, PROBE_BYTES,
+                                                             PROBE_BYTES), target)
+        elif kind == "memset":
+            want, seen = new, _after(dev, a, lambda: dev.memset(a, target, 0, NEW, PROBE_BYTES), target)
+        elif kind == "kernel":
+            if fill is None:
+                raise ValueError("the kernel probe needs the plugin's fill kernel")
+            expected: list[bytes] = []
+            seen = _after(dev, a, lambda: expected.append(fill(a, target)), target)
+            want = expected[0]
+        elif kind == "event_record":
+            event = events.record(a)
+            dev.check(dev.api.event_synchronize(event), "event_synchronize")
+            want, seen = bytes([BEHIND]) * PROBE_BYTES, dev.read(b, target, 0, PROBE_BYTES)   # b is idle
+        elif kind == "stream_wait_event":
+            event = events.record(a)
+            dev.check(dev.api.stream_wait_event(b, event), "stream_wait_event")
+            dev.memset(b, target, 0, NEW, PROBE_BYTES)   # must land after a's copy
+            dev.synchronize(b)
+            dev.synchronize(a)
+            want, seen = new, dev.read(a, target, 0, PROBE_BYTES)
+        else:
+            raise ValueError(f"unknown enqueued kind {kind!r} (known: {', '.join(KINDS)})")
+    finally:
+        dev.synchronize(a)
+        dev.synchronize(b)
+        events.destroy()
+    if seen != want:
+        raise OrderingError(
+            f"{kind} queued behind {busy.host_ms:.0f} ms of copies whose last one writes the same buffer "
+            f"(bytes {BEHIND:#x} over {OLD:#x}): expected {_describe(want)}, found {_describe(seen)}: "
+            f"the {kind} did not run in stream order")
+
+
+def _after(dev: Device, stream, enqueue: Callable[[], None], target: int) -> bytes:
+    """Enqueue one operation, wait for the stream, then read the target on the idle stream."""
+    enqueue()
+    dev.synchronize(stream)
+    return dev.read(stream, target, 0, PROBE_BYTES)
+
+
+# ---- event state: queries and re-recording ----------------------------------------
+
+def _query(dev: Device, event) -> int:
+    status = dev.api.event_query(event)
+    if status not in (STATUS["FL_SUCCESS"], STATUS["FL_NOT_READY"]):
+        raise OrderingError(f"event_query returned {status_name(status)}: {dev.message() or '(no message)'}")
+    return status
+
+
+def query_is_not_ready_behind_busy_work(dev: Device, busy: Busy, a, b, target: int, tries: int = 3) -> None:
+    """An event recorded behind busy work is FL_NOT_READY at once, FL_SUCCESS after
+    event_synchronize, and by then the work before the record has run.  A query that
+    comes back ready only after the host slept through most of the busy period (a
+    preempted test process) proves nothing and is tried again."""
+    events = Events(dev)
+    try:
+        for attempt in range(tries):
+            dev.memset(a, target, 0, OLD, PROBE_BYTES)
+            dev.synchronize(a)
+            started = time.perf_counter()
+            busy.enqueue(a)
+            dev.memset(a, target, 0, NEW, PROBE_BYTES)
+            event = events.record(a)
+            status = _query(dev, event)
+            waited_ms = (time.perf_counter() - started) * 1e3
+            dev.check(dev.api.event_synchronize(event), "event_synchronize")
+            if _query(dev, event) != STATUS["FL_SUCCESS"]:
+                raise OrderingError("event_query is not FL_SUCCESS right after event_synchronize returned")
+            seen = dev.read(b, target, 0, PROBE_BYTES)
+            if seen != bytes([NEW]) * PROBE_BYTES:
+                raise OrderingError(f"after event_synchronize the memset recorded before the event is not "
+                                    f"visible (read {_describe(seen)})")
+            if status == STATUS["FL_NOT_READY"]:
+                return
+            if waited_ms < busy.host_ms / 2:
+                raise OrderingError(
+                    f"event_query returned FL_SUCCESS {waited_ms:.1f} ms after the event was recorded behind "
+                    f"{busy.host_ms:.0f} ms of copies: an event is complete only when the stream reached it")
+            dev.synchronize(a)
+        raise OrderingError(f"event_query never returned FL_NOT_READY in {tries} tries (the host may be "
+                            "too loaded to tell)")
+    finally:
+        dev.synchronize(a)
+        events.destroy()
+
+
+def rerecorded_event_moves(dev: Device, busy: Busy, a, b, target: int, rounds: int = 3) -> None:
+    """PyTorch's usual pattern: one event, recorded again every iteration.  Each round,
+    behind busy work on stream a, memset(target, v) then record the same event; then
+    (1) stream b waits the event and reads v, (2) a fresh record behind busy work is
+    FL_NOT_READY although an earlier record completed, (3) event_synchronize waits for
+    the latest record: the host then reads v on the idle stream b."""
+    events = Events(dev)
+    event = None
+    try:
+        for value in range(0x41, 0x41 + rounds):
+            started = time.perf_counter()
+            busy.enqueue(a)
+            dev.memset(a, target, 0, value, PROBE_BYTES)
+            if event is None:
+                event = events.record(a)
+            else:
+                dev.check(dev.api.event_record(event, a), "event_record")
+            status = _query(dev, event)
+            waited_ms = (time.perf_counter() - started) * 1e3
+            dev.check(dev.api.stream_wait_event(b, event), "stream_wait_event")
+            seen = dev.read(b, target, 0, PROBE_BYTES)
+            dev.synchronize(a)
+            if seen != bytes([value]) * PROBE_BYTES:
+                raise OrderingError(
+                    f"round {value - 0x40}: stream b waited an event re-recorded on stream a after "
+                    f"memset({value:#x}) behind {busy.host_ms:.0f} ms of copies and read {_describe(seen)}: "
+                    "stream_wait_event waited for an earlier record of the event, not the latest")
+            # A ready answer after the host slept through half the busy period proves nothing.
+            if status == STATUS["FL_SUCCESS"] and waited_ms < busy.host_ms / 2:
+                raise OrderingError(
+                    f"round {value - 0x40}: event_query returned FL_SUCCESS {waited_ms:.1f} ms after the event "
+                    f"was re-recorded behind {busy.host_ms:.0f} ms of copies: it reported an earlier record")
+        for value in range(0x51, 0x51 + rounds):
+            busy.enqueue(a)
+            dev.memset(a, target, 0, value, PROBE_BYTES)
+            dev.check(dev.api.event_record(event, a), "event_record")
+            dev.check(dev.api.event_synchronize(event), "event_synchronize")
+            seen = dev.read(b, target, 0, PROBE_BYTES)
+            dev.synchronize(a)
+            if seen != bytes([value]) * PROBE_BYTES:
+                raise OrderingError(
+                    f"event_synchronize on an event re-recorded after memset({value:#x}) behind "
+                    f"{busy.host_ms:.0f} ms of copies returned before that memset ran (read {_describe(seen)}): "
+                    "it waited for an earlier record")
+    finally:
+        dev.synchronize(a)
+        dev.synchronize(b)
+        events.destroy()
+

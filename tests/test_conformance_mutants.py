@@ -121,6 +121,36 @@ MUTANTS = [
            "#define CLAMP_LO_HI(a, lo, hi) ((a) < (lo) ? ((lo) > (hi) ? (hi) : (lo)) : ((a) > (hi) ? (hi) : (a)))",
            "#define CLAMP_LO_HI(a, lo, hi) ((a) < (lo) ? (lo) : ((a) > (hi) ? (hi) : (a)))",
            "(hardtanh- or hardtanh_- or clamp-) and (float32 or int32)", "kernels", {"hardtanh", "hardtanh_"}),
+    # Blind spots closed by deterministic probes and checks (each caught by the ci profile):
+    Mutant("h2d-copies-at-call-time", "src/driver/copy.c",
+           "    return st != FL_SUCCESS ? st : enqueue_copy(stream, host, src, size);",
+           "    return st != FL_SUCCESS ? st : (__builtin_memcpy(host, src, size), FL_SUCCESS);",
+           "every_enqueued_kind", "streams", {"test_every_enqueued_kind_waits_for_busy_work[h2d]"},
+           "the h2d did not run in stream order"),
+    Mutant("rerecorded-event-waits-for-first-record", "src/driver/event.c",
+           "    uint64_t target = e->recorded;\n    int done = e->completed >= target;",
+           "    uint64_t target = e->recorded ? 1 : 0;\n    int done = e->completed >= target;",
+           "event_query_is_not_ready or rerecorded", "streams",
+           {"test_rerecorded_event_moves_what_waits_wait_for"}, "waited for an earlier record"),
+    Mutant("free-returns-a-neighbours-page-to-the-host", "src/driver/memory.c",
+           "    uint64_t lo = (b->start + pg - 1) & ~(pg - 1);",
+           "    uint64_t lo = b->start & ~(pg - 1);",   # rounds down into the page a live neighbour shares
+           "live_allocations_survive or copies_round_trip", "memory",
+           {"test_live_allocations_survive_neighbours_freed_and_reused"}, "damaged data the caller still owns"),
+    Mutant("uniform-float-has-16-random-bits", "src/kernels/random.c",
+           "                    v[j] = lo + span * ((double)(r0[j] >> 8) * 0x1.0p-24);",
+           "                    v[j] = lo + span * ((double)(r0[j] >> 16) * 0x1.0p-16);",
+           "(uniform_ or neg-) and float32 and not robust", "kernels", {"uniform_"}, "random bits"),
+    Mutant("philox-ignores-seed-high-word", "src/kernels/random.c",
+           "    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);",
+           "    uint32_t k0 = (uint32_t)seed, k1 = 0;",
+           "(uniform_ or neg-) and float32 and not robust", "kernels", {"uniform_"}, "seed bit(s) 32..62"),
+    Mutant("matmul-ignores-transpose-of-aligned-column-major-b", "src/kernels/matmul.c",
+           "            st = ref_gemm(a, dt, oa.trans, ob.trans, m, n, k, alpha, oa.p, oa.ld, ob.p, ob.ld, beta,\n"
+           "                          C->p, ldc);",
+           "            st = ref_gemm(a, dt, oa.trans, 0, m, n, k, alpha, oa.p, oa.ld, ob.p, ob.ld, beta,\n"
+           "                          C->p, ldc);",
+           "mm-float32 and not robust", "kernels", {"mm", "bmm", "addmm"}, "layout matrix"),
 ]
 
 

@@ -135,3 +135,73 @@ def test_memory_info_returns_to_baseline(conformance, device):
         assert device.memory_info()[0] == baseline, "free memory did not return to its baseline after the frees"
 
     accounting()
+
+
+# ---- allocator integrity: live data while neighbours come and go ----------------------
+
+# Small blocks share pages with their neighbours; large ones span pages, and freeing them
+# may hand pages back to the host (as the reference plugin does), which must never reach
+# a live neighbour's bytes.
+SMALL_SIZES = (1, 8, 100, 255, 256, 257, 1000, 4095, 4097)
+LARGE_SIZES = ((64 << 10) + 1, 200_000, (1 << 20) + 4097, 3 << 19)
+CHURN_ROUNDS = 6
+
+
+class _Blocks:
+    """Live allocations and the bytes each must hold."""
+
+    def __init__(self, device, stream, rng: random.Random) -> None:
+        self.device, self.stream, self.rng = device, stream, rng
+        self.live: dict[int, bytes] = {}
+
+    def allocate(self, size: int) -> None:
+        ptr = self.device.malloc(size)
+        self.live[ptr] = self.rng.randbytes(size)
+        self.device.h2d(self.stream, ptr, 0, self.live[ptr])
+
+    def free(self, ptrs: list[int]) -> None:
+        self.device.synchronize(self.stream)   # nothing queued may still use them
+        for ptr in ptrs:
+            del self.live[ptr]
+            self.device.free(ptr)
+
+    def check(self, after: str) -> None:
+        for ptr, data in sorted(self.live.items()):
+            seen = self.device.read(self.stream, ptr, 0, len(data))
+            if seen != data:
+                first = next(i for i, (x, y) in enumerate(zip(seen, data)) if x != y)
+                raise AssertionError(
+                    f"after {after}, the live allocation at {ptr:#x} ({len(data)} bytes) changed from byte "
+                    f"{first} on ({sum(x != y for x, y in zip(seen, data))} bytes differ): freeing or "
+                    "allocating a neighbour damaged data the caller still owns")
+
+
+def test_live_allocations_survive_neighbours_freed_and_reused(device):
+    """Interleaved small and large allocations hold random bytes; rounds free the large ones
+    (neighbours of live small ones), then some small ones, allocate new blocks of other sizes
+    into the holes, and read every live allocation back after each step."""
+    rng = random.Random(20240613)
+    stream = device.new_stream()
+    blocks = _Blocks(device, stream, rng)
+    try:
+        for i in range(4 * len(LARGE_SIZES)):   # small, large, small, large ...: neighbours by construction
+            sizes = SMALL_SIZES if i % 2 == 0 else LARGE_SIZES
+            blocks.allocate(sizes[i // 2 % len(sizes)])
+        blocks.check("the first allocations")
+        for round_ in range(CHURN_ROUNDS):
+            large = [p for p, d in blocks.live.items() if len(d) > 4097]
+            blocks.free(rng.sample(large, max(1, len(large) // 2)))
+            blocks.check(f"round {round_ + 1}: freeing large blocks")
+            small = [p for p, d in blocks.live.items() if len(d) <= 4097]
+            blocks.free(rng.sample(small, len(small) // 3))
+            blocks.check(f"round {round_ + 1}: freeing small blocks")
+            for _ in range(6):
+                blocks.allocate(rng.choice(SMALL_SIZES))
+            for _ in range(2):
+                blocks.allocate(rng.choice(LARGE_SIZES))
+            blocks.check(f"round {round_ + 1}: allocating into the freed space")
+    finally:
+        device.synchronize(stream)
+        for ptr in list(blocks.live):
+            device.free(ptr)
+        device.destroy_stream(stream)

@@ -28,8 +28,10 @@ from fl_runtime.ops.schema import compile_plan
 from conformance import statuses
 from conformance.harness import (STATUS, Declined, Device, DeviceTensor, KernelEntry, kernel_entries, launch,
                                  status_name, storage_bytes)
-from conformance.stream_probes import (CHUNK, PROBE_BYTES, elapsed_time_is_plausible, measure_busy,
-                                       one_stream_is_fifo, wait_event_orders_streams)
+from conformance.stream_probes import (BEHIND, CHUNK, KINDS, PROBE_BYTES, Buffers, elapsed_time_is_plausible,
+                                       kind_is_ordered, measure_busy, one_stream_is_fifo,
+                                       query_is_not_ready_behind_busy_work, rerecorded_event_moves,
+                                       wait_event_orders_streams)
 
 CATEGORY = "streams"
 STREAMS = 3
@@ -270,9 +272,10 @@ class StreamModel(RuleBasedStateMachine):
             self.device.destroy_stream(stream)
 
 
-def _launch_on_buffer(device: Device, stream, entry: KernelEntry, ptr: int, value: float) -> None:
-    """The model's kernel call: entry(buffer as FLOATS contiguous float32, value), in place."""
-    tensor = DeviceTensor(ptr, 0, torch.float32, (FLOATS,), (1,))
+def _launch_on_buffer(device: Device, stream, entry: KernelEntry, ptr: int, value: float,
+                      floats: int = FLOATS) -> None:
+    """The model's kernel call: entry(buffer as `floats` contiguous float32, value), in place."""
+    tensor = DeviceTensor(ptr, 0, torch.float32, (floats,), (1,))
     plan = compile_plan(entry.op)
     launch(device, stream, entry, plan, plan.normalize([tensor, value], {}), [tensor])
 
@@ -351,3 +354,46 @@ def test_one_stream_runs_work_in_fifo_order(device, probe):
 def test_event_elapsed_time_matches_the_work(device, probe):
     busy, a, _, _ = probe
     elapsed_time_is_plausible(device, busy, a)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_enqueued_kind_waits_for_busy_work(device, probe, kind):
+    """h2d, d2h, d2d, memset, a kernel launch, an event record and a wait, each queued behind
+    busy work whose last copy writes the same buffer (stream_probes.kind_is_ordered)."""
+    busy, a, b, target = probe
+    fill = None
+    if kind == "kernel":
+        entry, declined = _kernel_for_streams(device)
+        if entry is None:
+            statuses.not_supported("the plugin has no float32 add_.Scalar / fill_.Scalar kernel that takes "
+                                   f"a contiguous buffer ({'; '.join(declined) or 'none declared'})")
+        fill = _probe_fill(device, entry)
+    source = device.malloc(2 * PROBE_BYTES)
+    try:
+        kind_is_ordered(device, busy, a, b, Buffers(target, source), kind, fill)
+    finally:
+        device.free(source)
+
+
+def _probe_fill(device: Device, entry: KernelEntry):
+    """fill(stream, ptr): enqueue `entry` on the probe buffer; returns the bytes it must leave
+    (fill_ writes 2.0; add_ adds 2.0 to what the busy stream's copy left there)."""
+    floats = PROBE_BYTES // 4
+
+    def fill(stream, ptr: int) -> bytes:
+        _launch_on_buffer(device, stream, entry, ptr, 2.0, floats)
+        if entry.op == "add_.Scalar":
+            before = torch.frombuffer(bytearray(bytes([BEHIND]) * PROBE_BYTES), dtype=torch.float32)
+            return storage_bytes(before + 2.0)
+        return storage_bytes(torch.full((floats,), 2.0, dtype=torch.float32))
+    return fill
+
+
+def test_event_query_is_not_ready_behind_busy_work(device, probe):
+    busy, a, b, target = probe
+    query_is_not_ready_behind_busy_work(device, busy, a, b, target)
+
+
+def test_rerecorded_event_moves_what_waits_wait_for(device, probe):
+    busy, a, b, target = probe
+    rerecorded_event_moves(device, busy, a, b, target)

@@ -18,10 +18,14 @@ def register(subparsers) -> None:
     cmd.add_argument("--unit-timeout", type=float, metavar="SECONDS",
                      help="a kernel silent this long on one dtype is hung and fails (ci default 60; "
                           "not with --profile cert, which uses 300)")
+    cmd.add_argument("--coverage", action="store_true",
+                     help="rebuild the plugin from its plugin.yaml with gcov instrumentation, run the profile on "
+                          "that build and report the branches of each source the suite never reached")
     cmd.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from conformance.runner import run as run_suite   # imports torch: only for this command
     return run_suite(args.plugin, args.profile, args.junit, args.json, args.seed, args.keyword,
-                     args.run_known_failures, html_path=args.html, unit_timeout_s=args.unit_timeout)
+                     args.run_known_failures, html_path=args.html, unit_timeout_s=args.unit_timeout,
+                     coverage=args.coverage)
