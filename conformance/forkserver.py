@@ -37,9 +37,11 @@ class ForkServer:
         self._spawned: set[int] = set()
         self._next = 0
 
-    def spawn(self, args: list) -> int:
+    def spawn(self, args: list, target: str | None = None) -> int:
+        """Fork a worker running `target` (default: the server's) with `args`; returns its id."""
         self._next += 1
-        self.process.stdin.write(json.dumps({"id": self._next, "target": self.target, "args": args}) + "\n")
+        request = {"id": self._next, "target": target or self.target, "args": args}
+        self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         while self._next not in self._spawned:
             self._read_line(timeout=None)

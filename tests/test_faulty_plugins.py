@@ -137,3 +137,19 @@ def test_the_fixture_without_a_fault_works(python, out):
     assert all(report["results"])
     loads = next(c for c in doctor["checks"] if c["name"] == "plugins load")
     assert loads["status"] == "ok" and "faulty" in loads["detail"], loads
+
+
+def test_fl_sdk_test_reports_a_plugin_that_crashes_while_loading(out, tmp_path):
+    # The suite loads the plugin in an isolation worker first (conformance.isolation):
+    # a crash there is one abi failure naming the signal, with the JSON/JUnit/HTML
+    # reports written, and a non-zero exit, instead of `fl-sdk test` dying.
+    from test_conformance_reference import fl_sdk_test
+    lib = _build(out, "get_api_segfault")
+    result, report, junit = fl_sdk_test(lib, tmp_path, "-k", "test_entry_symbol_is_exported")
+    assert result.returncode == 1, (result.returncode, result.stderr[-3000:])
+    assert report is not None and junit.exists(), result.stderr[-3000:]
+    [failure] = report["tests"]
+    assert (failure["category"], failure["status"], failure["signal"]) == ("abi", "fail", "SIGSEGV"), failure
+    assert "crashed the worker process with SIGSEGV" in failure["message"] and lib in failure["message"]
+    assert report["summary"]["fail"] == 1 and report["exit_status"] == 1
+    assert "crashed the worker process with SIGSEGV" in result.stdout + result.stderr
