@@ -59,15 +59,14 @@ FAULTS = {
     "huge_kernel_count": ("kernel_table reported 4294967295 entries", "logs"),
 }
 # Faults that would kill or hang the process that loads the library: the isolated probe's.
-# All four load in one process next to the reference (one interpreter start for CI).
+# All three load in one process next to the reference (one interpreter start for CI).  A
+# hang (-DFAULT=get_api_hang) is tests/test_plugin_probe.py's: its timeout here would race
+# the reference's own probe on a loaded machine.
 CRASHES = {
     "constructor_abort": "crashed with SIGABRT during its isolated probe",
     "get_api_abort": "crashed with SIGABRT during its isolated probe",
     "get_api_segfault": "crashed with SIGSEGV during its isolated probe",
-    "get_api_hang": "did not finish its isolated probe within 3 s",
 }
-# A hang is not cached (fl_runtime.plugins.probe), so the script and doctor wait for it twice.
-_PROBE_TIMEOUT_S = "3"
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +79,7 @@ def out(tmp_path_factory):
 def _run(python, lib: str) -> tuple[dict, dict]:
     cache = Path(lib.split(os.pathsep)[0]).parent / "cache"
     result = python(_SCRIPT, {"TORCH_FL_PLUGINS": lib, "PYTHONWARNINGS": "ignore", "XDG_CACHE_HOME": str(cache),
-                              "TORCH_FL_PROBE_PLUGINS": "1", "TORCH_FL_PROBE_TIMEOUT": _PROBE_TIMEOUT_S},
+                              "TORCH_FL_PROBE_PLUGINS": "1"},
                     timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     report_part, doctor_part = result.stdout.split("@@@", 1)[1].split("\n", 1)

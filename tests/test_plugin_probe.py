@@ -47,11 +47,15 @@ def _verdict(path) -> probe.Verdict:
         pinned.close()
 
 
-def _aborting(tmp_path):
-    lib = tmp_path / "libaborts.so"
+def _faulty(tmp_path, fault: str):
+    lib = tmp_path / f"lib{fault}.so"
     subprocess.run([compiler(), "-shared", "-fPIC", f"-I{INCLUDE_DIR}", f'-DREFERENCE_PATH="{REFERENCE}"',
-                    "-DFAULT=get_api_abort", str(FAULTY), "-o", str(lib)], check=True)
+                    f"-DFAULT={fault}", str(FAULTY), "-o", str(lib)], check=True)
     return lib
+
+
+def _aborting(tmp_path):
+    return _faulty(tmp_path, "get_api_abort")
 
 
 def test_the_verdict_is_cached_and_reused_until_the_bytes_change(tmp_path, cache, spawned):
@@ -98,10 +102,20 @@ def test_a_damaged_cache_entry_is_probed_again(tmp_path, cache, spawned):
     assert _verdict(lib).outcome == probe.OK and len(spawned) == 2
 
 
+def test_exit_in_a_constructor_is_refused_like_a_crash(tmp_path, cache):
+    from fl_runtime.errors import PluginProbeError
+    lib = _faulty(tmp_path, "constructor_exit")
+    pinned = open_pinned(str(lib))
+    try:
+        with pytest.raises(PluginProbeError, match="ended its isolated probe's process without a verdict") as error:
+            probe.check_isolated("exits", pinned)
+    finally:
+        pinned.close()
+    assert "exit status 3" in str(error.value) and error.value.signal == ""
+
+
 def test_a_hang_is_reported_and_not_cached(tmp_path, cache, monkeypatch):
-    lib = tmp_path / "libhangs.so"
-    subprocess.run([compiler(), "-shared", "-fPIC", f"-I{INCLUDE_DIR}", f'-DREFERENCE_PATH="{REFERENCE}"',
-                    "-DFAULT=get_api_hang", str(FAULTY), "-o", str(lib)], check=True)
+    lib = _faulty(tmp_path, "get_api_hang")
     monkeypatch.setenv(probe.TIMEOUT_ENV, "1")
     assert _verdict(lib).outcome == probe.HUNG
     assert not cache.exists() or not list(cache.glob("*.json"))

@@ -52,7 +52,7 @@ class Verdict:
     outcome: str
     kind: str = ""           # a refusal's kind (table_checks.ABI_REFUSAL / LOAD_REFUSAL)
     message: str = ""        # a refusal's message, or the child's last stderr lines
-    signal: str = ""         # SIGABRT, SIGSEGV ... for a crash
+    signal: str = ""         # SIGABRT, SIGSEGV ... for a crash by a signal ("" for an exit)
 
 
 def probing_enabled(config_value: bool = True) -> bool:
@@ -105,8 +105,10 @@ def check_isolated(plugin: str, pinned: PinnedLibrary) -> Verdict:
 
 
 def _describe(path: str, verdict: Verdict) -> str:
-    if verdict.outcome == CRASHED:
+    if verdict.outcome == CRASHED and verdict.signal:
         what = f"{path} crashed with {verdict.signal} during its isolated probe"
+    elif verdict.outcome == CRASHED:       # exit() in a constructor ends a user's process as surely
+        what = f"{path} ended its isolated probe's process without a verdict"
     else:
         what = f"{path} did not finish its isolated probe within {probe_timeout():g} s (hang?)"
     said = f"; it said: {verdict.message.strip()}" if verdict.message.strip() else ""
@@ -144,7 +146,7 @@ def _parse(done: subprocess.CompletedProcess) -> Verdict:
     if line is None:
         # Exited (exit() in a constructor, a Python error in the child) without a verdict:
         # as fatal to a user's process as a crash.
-        return Verdict(CRASHED, message=_tail(done.stderr), signal=f"exit status {done.returncode}")
+        return Verdict(CRASHED, message=f"(exit status {done.returncode}) {_tail(done.stderr)}")
     result = json.loads(line[len(_MARKER):])
     return Verdict(result["outcome"], result.get("kind", ""), result.get("message", ""))
 
