@@ -6,6 +6,8 @@ list, and the config's `plugins:` list.  A plugin that fails to load is logged
 and recorded in `load_failures`; it never stops the others.  Each library's
 certification status is settled before it is loaded (fl_runtime.certification):
 with `certification.require_certified` on, an uncertified one is never dlopened.
+Then the same open bytes are probed in a child process (fl_runtime.plugins.probe),
+so a plugin that crashes while loading is refused instead of killing this process.
 """
 from __future__ import annotations
 
@@ -23,13 +25,13 @@ from fl_runtime.errors import (
     VendorError,
 )
 from fl_runtime.logs import logger
+from fl_runtime.plugins import probe, table_checks
 from fl_runtime.plugins.certification import CertificationPolicy, CertificationStatus
 from fl_runtime.plugins.metadata import (
     PluginMetadata,
     PluginMetadataError,
     read_metadata,
 )
-from fl_runtime.plugins import probe, table_checks
 from fl_runtime.plugins.pinned import PinnedLibrary, load_pinned, open_pinned
 from fl_runtime.plugins.table_checks import TableRefusal
 

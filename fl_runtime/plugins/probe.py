@@ -123,8 +123,8 @@ def run_probe(pinned: PinnedLibrary, timeout: float) -> Verdict:
                pinned.path, pinned.sha256, str(pinned.size)]
     started = time.monotonic()
     try:
-        done = subprocess.run(command, pass_fds=(pinned.fd,), stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=timeout, env=_child_env())
+        done = subprocess.run(command, check=False, pass_fds=(pinned.fd,), stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=timeout, env=_child_env())
     except subprocess.TimeoutExpired as exc:
         return Verdict(HUNG, message=_tail(exc.stderr))
     logger.debug("probed %s in a child process in %.2f s (exit %s)", pinned.path,

@@ -7,8 +7,9 @@ failed check is a TableRefusal; each caller turns it into its own error class.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 # The fl_api fields ABI 1.0 defines; a table shorter than this is refused.
 REQUIRED_FIELD = "launch_kernel"
