@@ -134,3 +134,15 @@ def test_the_config_key(tmp_path):
     assert parse_config({"probe_plugins": False}).probe_plugins is False
     with pytest.raises(ConfigError, match="probe_plugins"):
         parse_config({"probe_plugins": "no"})
+
+
+def test_the_child_imports_neither_torch_nor_the_runtime_package(tmp_path, cache, monkeypatch):
+    # The probe's cost is an interpreter and cffi; torch (seconds) would make every
+    # first start-up after an install pay twice.  A `torch` that refuses to import proves it.
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "torch.py").write_text("raise SystemExit('the probe child imported torch')\n")
+    monkeypatch.setenv("PYTHONPATH", f"{fake}:{ROOT}")
+    lib = tmp_path / "libplug.so"
+    shutil.copy(REFERENCE, lib)
+    assert _verdict(lib) == probe.Verdict(probe.OK)

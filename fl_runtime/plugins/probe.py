@@ -40,6 +40,10 @@ DEFAULT_TIMEOUT_S = 60.0
 _CHILD = Path(__file__).with_name("probe_child.py")
 _MARKER = "@@torch-fl-probe@@"       # probe_child.MARKER (the child is never imported here)
 _CACHE_FORMAT = 1
+# Run the child script without its own folder (or the cwd) on sys.path: this folder's
+# module names must never shadow a standard-library module the child imports.
+_BOOTSTRAP = ("import sys; del sys.path[0]; import runpy; sys.argv = sys.argv[1:]; "
+              "runpy.run_path(sys.argv[0], run_name='__main__')")
 _STDERR_TAIL = 600
 
 OK, REFUSED, UNLOADABLE, CRASHED, HUNG = "ok", "refused", "unloadable", "crashed", "hung"
@@ -119,7 +123,7 @@ def _describe(path: str, verdict: Verdict) -> str:
 
 def run_probe(pinned: PinnedLibrary, timeout: float) -> Verdict:
     """Run probe_child.py on the descriptor of `pinned` and read its verdict."""
-    command = [sys.executable, str(_CHILD), str(abi.HEADER_PATH), abi.ENTRY_SYMBOL, str(pinned.fd),
+    command = [sys.executable, "-c", _BOOTSTRAP, str(_CHILD), str(abi.HEADER_PATH), abi.ENTRY_SYMBOL, str(pinned.fd),
                pinned.path, pinned.sha256, str(pinned.size)]
     started = time.monotonic()
     try:
