@@ -175,7 +175,7 @@ class KernelWorkers:
         survived it, else how it died (before any kernel job is started)."""
         server = self._ensure_server()
         result = self.workdir / "load.json"
-        worker_id = server.spawn([self.library, str(result)], target=f"{__name__}:load_worker")
+        worker_id = server.spawn([self.library, str(result)], target=f"{__name__}:load_worker", light=True)
         deadline, killed = time.monotonic() + timeout, False
         while True:
             exits = dict(server.exits(timeout=0.2))
