@@ -146,3 +146,12 @@ def test_the_child_imports_neither_torch_nor_the_runtime_package(tmp_path, cache
     lib = tmp_path / "libplug.so"
     shutil.copy(REFERENCE, lib)
     assert _verdict(lib) == probe.Verdict(probe.OK)
+
+
+def test_without_an_interpreter_to_start_the_library_loads_unprobed(tmp_path, cache, monkeypatch):
+    # An embedding application's sys.executable may not be Python: no child, no refusal.
+    monkeypatch.setattr(probe.sys, "executable", str(tmp_path / "no-such-python"))
+    lib = tmp_path / "libplug.so"
+    shutil.copy(REFERENCE, lib)
+    assert _verdict(lib).outcome == probe.UNPROBED
+    assert not cache.exists() or not list(cache.glob("*.json"))      # tried again next time

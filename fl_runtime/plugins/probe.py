@@ -46,7 +46,7 @@ _BOOTSTRAP = ("import sys; del sys.path[0]; import runpy; sys.argv = sys.argv[1:
               "runpy.run_path(sys.argv[0], run_name='__main__')")
 _STDERR_TAIL = 600
 
-OK, REFUSED, UNLOADABLE, CRASHED, HUNG = "ok", "refused", "unloadable", "crashed", "hung"
+OK, REFUSED, UNLOADABLE, CRASHED, HUNG, UNPROBED = "ok", "refused", "unloadable", "crashed", "hung", "unprobed"
 _CACHED = (OK, REFUSED, CRASHED)     # verdicts about the bytes themselves
 
 
@@ -131,6 +131,12 @@ def run_probe(pinned: PinnedLibrary, timeout: float) -> Verdict:
                               capture_output=True, timeout=timeout, env=_child_env())
     except subprocess.TimeoutExpired as exc:
         return Verdict(HUNG, message=_tail(exc.stderr))
+    except OSError as exc:
+        # No interpreter to start (an embedding application's sys.executable is not Python):
+        # load unprobed, as with the probe switched off, and say so.
+        logger.warning("cannot start the isolated probe for %s (%s): loading it unprobed; set %s=0 to "
+                       "silence this", pinned.path, exc, PROBE_ENV)
+        return Verdict(UNPROBED, message=str(exc))
     logger.debug("probed %s in a child process in %.2f s (exit %s)", pinned.path,
                  time.monotonic() - started, done.returncode)
     if done.returncode < 0:
