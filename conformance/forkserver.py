@@ -37,9 +37,12 @@ class ForkServer:
         self._spawned: set[int] = set()
         self._next = 0
 
-    def spawn(self, args: list) -> int:
+    def spawn(self, args: list, target: str | None = None, light: bool = False) -> int:
+        """Fork a worker running `target` (default: the server's) with `args`; returns its id.
+        `light`: the worker draws no OpInfo samples, so it need not wait for their import."""
         self._next += 1
-        self.process.stdin.write(json.dumps({"id": self._next, "target": self.target, "args": args}) + "\n")
+        request = {"id": self._next, "target": target or self.target, "args": args, "light": light}
+        self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         while self._next not in self._spawned:
             self._read_line(timeout=None)
@@ -94,6 +97,12 @@ def _warm_up() -> None:
     meta = torch.empty(2, 2, device="meta")
     for op in (torch.add, torch.mm, torch.sum, torch.exp, torch.eq):
         op(meta) if op in (torch.sum, torch.exp) else op(meta, meta)
+
+
+def _warm_up_opinfo() -> None:
+    """OpInfo's database, imported once before the first kernel worker (seconds): a light
+    worker (the plugin load check) is forked before it, so a plugin that crashes on load
+    is reported without waiting for it."""
     try:   # kernels without a hand recipe draw OpInfo samples: import the database once, not per worker
         from torch.testing._internal.common_methods_invocations import op_db  # noqa: F401
     except ImportError:
@@ -102,6 +111,7 @@ def _warm_up() -> None:
 
 def _serve() -> None:
     _warm_up()
+    opinfo_ready = False
 
     out = sys.stdout
     children: dict[int, int] = {}   # pid -> request id
@@ -114,6 +124,9 @@ def _serve() -> None:
                 stdin_open = False
             else:
                 request = json.loads(line)
+                if not request.get("light") and not opinfo_ready:
+                    _warm_up_opinfo()
+                    opinfo_ready = True
                 pid = os.fork()
                 if pid == 0:
                     _child(request["target"], request["args"])

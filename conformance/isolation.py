@@ -8,6 +8,12 @@ a worker dies (a signal, a non-zero exit) or stays silent longer than the
 profile's unit timeout, the unit it was in fails with the last case as the
 reproducer, and the entry's remaining units go to a fresh worker.
 
+Before anything else, loading the plugin (its constructors, fl_plugin_get_api,
+reading its table, devices and kernel entries: the ABI probes every test needs)
+runs once in a worker too (`KernelWorkers.check_loading`), so a plugin that
+aborts or segfaults there fails the run with a report naming the signal
+instead of killing `fl-sdk test`.
+
 Workers are forked from conformance.forkserver, which imports torch once.
 """
 from __future__ import annotations
@@ -53,6 +59,33 @@ class _Running:
     killed: str = ""         # why the parent killed it, if it did
 
 
+@dataclass(frozen=True)
+class LoadCrash:
+    """Loading the plugin killed (or hung) the worker that tried: how, for the report."""
+    message: str
+    signal: str = ""          # SIGABRT, SIGSEGV ...; "" for a hang or a plain exit
+
+
+def load_worker(library: str, result_path: str) -> None:
+    """Worker process body: the loading and table reads every test relies on, in a
+    process a crash may take down.  Errors the loader raises (a refused table) are
+    written as a result; the parent's in-process load reports them as before."""
+    try:
+        from fl_runtime.plugins.loader import PluginSource, load_plugin
+
+        from .harness import kernel_entries
+        from .target import describe
+
+        # probe_plugins off: this worker is the isolation, a nested probe would only cost time.
+        plugin = load_plugin(PluginSource("under test", library, "conformance worker"), probe_plugins=False)
+        describe(plugin)
+        kernel_entries(plugin)
+        result = {"loaded": True}
+    except Exception as exc:  # noqa: BLE001 - reported by the in-process load, with its class
+        result = {"loaded": False, "error": f"{type(exc).__name__}: {exc}"}
+    _write_atomically(Path(result_path), json.dumps(result))
+
+
 def worker(library: str, job: dict, profile: dict, run_seed: int, log_path: str, progress_path: str) -> None:
     """Worker process body: load the plugin, run the job's units, log each outcome."""
     job, profile = Job(**job), Profile(**profile)
@@ -69,7 +102,8 @@ def worker(library: str, job: dict, profile: dict, run_seed: int, log_path: str,
             from .kernel_checks import run_unit
 
             torch.set_num_threads(1)   # workers run side by side; one core each
-            plugin = load_plugin(PluginSource("under test", library, "conformance worker"))
+            # check_loading already probed this library in a worker of its own.
+            plugin = load_plugin(PluginSource("under test", library, "conformance worker"), probe_plugins=False)
             dev = Device(plugin, 0)
             stream = dev.new_stream()
             entry = kernel_entries(plugin)[job.entry_index]
@@ -136,10 +170,39 @@ class KernelWorkers:
         self.running.clear()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def check_loading(self, timeout: float) -> LoadCrash | None:
+        """Load the plugin and read its table in a worker first; None when the worker
+        survived it, else how it died (before any kernel job is started)."""
+        server = self._ensure_server()
+        result = self.workdir / "load.json"
+        worker_id = server.spawn([self.library, str(result)], target=f"{__name__}:load_worker", light=True)
+        deadline, killed = time.monotonic() + timeout, False
+        while True:
+            exits = dict(server.exits(timeout=0.2))
+            if worker_id in exits:
+                break
+            if not killed and time.monotonic() > deadline:
+                server.kill(worker_id)
+                killed = True
+        where = f"loading {self.library} (its constructors, fl_plugin_get_api and reading its table)"
+        if killed:
+            return LoadCrash(f"{where} did not finish within {timeout:g} s (hang?); the worker was killed")
+        code = exits[worker_id]
+        if code < 0:
+            name = signal.Signals(-code).name
+            return LoadCrash(f"{where} crashed the worker process with {name}", name)
+        if code != 0 or not result.exists():
+            return LoadCrash(f"{where} {self._death(code)}")
+        return None
+
     # -- process management -------------------------------------------------------
-    def _start(self, job: Job) -> None:
+    def _ensure_server(self) -> ForkServer:
         if self._server is None:
             self._server = ForkServer(f"{__name__}:worker")
+        return self._server
+
+    def _start(self, job: Job) -> None:
+        self._ensure_server()
         self._started += 1
         log = self.workdir / f"{self._started}.log"
         progress = log.with_suffix(".case")

@@ -6,6 +6,8 @@ pytest run that does not pass --fl-plugin.
 """
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -14,13 +16,14 @@ from hypothesis import HealthCheck, settings
 
 from fl_runtime.plugins.loader import Plugin
 
+from . import human_report
 from . import waivers as waiver_file
 from .harness import Device, KernelEntry, kernel_entries
-from .isolation import KernelWorkers
+from .isolation import KernelWorkers, LoadCrash
 from .kernel_plan import KernelTarget, jobs, precheck, targets
 from .profiles import PROFILES, Profile
 from .progress import ProgressBar
-from .report import DETAILS, IDENTITY, JsonReport
+from .report import DETAILS, IDENTITY, JsonReport, load_failure_document, load_failure_junit
 from .target import TargetError, describe, device_properties, load
 
 CONTEXT = pytest.StashKey["Context"]()
@@ -64,25 +67,48 @@ def pytest_configure(config: pytest.Config) -> None:
     library = config.getoption("fl_plugin", default=None)
     if not library:
         return
-    try:
-        plugin = load(library)
-        waiver_path = waiver_file.waiver_file(library)
-        waivers = waiver_file.load(waiver_path)
-    except (TargetError, waiver_file.WaiverError) as exc:
-        raise pytest.UsageError(str(exc)) from exc
     profile = PROFILES[config.getoption("fl_profile")]
     if config.getoption("fl_unit_timeout") is not None:
         if profile.fixed:
             raise pytest.UsageError(f"the {profile.name} profile runs with fixed settings; remove --fl-unit-timeout")
         profile = replace(profile, unit_timeout_s=config.getoption("fl_unit_timeout"))
     seed = config.getoption("fl_seed")
+    started = time.time()
+    workers = KernelWorkers(library, profile, seed)
+    crash = workers.check_loading(profile.unit_timeout_s)   # before this process loads it
+    if crash is not None:
+        workers.close()
+        _stop_on_load_crash(config, library, profile, seed, crash, started)
+    try:
+        plugin = load(library)
+        waiver_path = waiver_file.waiver_file(library)
+        waivers = waiver_file.load(waiver_path)
+    except (TargetError, waiver_file.WaiverError) as exc:
+        workers.close()
+        raise pytest.UsageError(str(exc)) from exc
     context = Context(plugin, plugin.source.path, profile, seed, config.getoption("fl_run_known_failures"),
                       waiver_path, waivers, device_properties(plugin, 0), kernel_entries(plugin), describe(plugin),
-                      KernelWorkers(plugin.source.path, profile, seed))
+                      workers)
     config.stash[CONTEXT] = context
     config.pluginmanager.register(JsonReport(context, config.getoption("fl_json"), config.getoption("fl_html")),
                                   "torch-fl-json-report")
     config.pluginmanager.register(ProgressBar(), "torch-fl-progress")
+
+
+def _stop_on_load_crash(config: pytest.Config, library: str, profile: Profile, seed: int, crash: LoadCrash,
+                        started: float) -> None:
+    """Loading the plugin killed its worker: write the report (one abi failure naming the
+    crash) and end the run with pytest's 'tests failed' status; no test can run."""
+    exit_status = int(pytest.ExitCode.TESTS_FAILED)
+    document = load_failure_document(library, profile, seed, config.getoption("fl_run_known_failures"),
+                                     waiver_file.waiver_file(library), crash.message, crash.signal, exit_status, started)
+    if config.getoption("fl_json"):
+        Path(config.getoption("fl_json")).write_text(json.dumps(document, indent=1))
+    if config.getoption("fl_html"):
+        Path(config.getoption("fl_html")).write_text(human_report.html_page(document))
+    if getattr(config.option, "xmlpath", None):      # pytest's --junitxml
+        load_failure_junit(config.option.xmlpath, document)
+    pytest.exit(f"Torch-FL conformance: {crash.message}; no test could run (abi: 1 fail)", exit_status)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -51,6 +51,53 @@ def _message(report: pytest.TestReport) -> str:
     return statuses.skip_reason(report) if report.skipped else ""
 
 
+LOAD_TEST = "test_plugin_loads_in_an_isolated_worker"
+
+
+def load_failure_document(library: str, profile, seed: int, run_known_failures: bool, waiver_path: Path,
+                          message: str, signal: str, exit_status: int, started: float) -> dict:
+    """The report of a run that stopped before its first test: loading the plugin killed
+    the isolated worker (conformance.isolation.check_loading).  One abi failure that names
+    the crash; the plugin's own facts are unknown (it never answered), so abi_version is null."""
+    record = {"nodeid": f"suite_abi.py::{LOAD_TEST}", "category": "abi", "op": None, "dtype": None,
+              "variant": None, "test": LOAD_TEST, "status": statuses.FAIL, "duration_s": 0.0,
+              "max_error": None, "error_ratio": None, "tolerance": None, "examples": None,
+              "message": message, "reproducer": rerun_command(library, profile.name, seed, LOAD_TEST),
+              "signal": signal or None}
+    return _strict({
+        "suite_version": SUITE_VERSION,
+        "torch_version": torch.__version__,
+        "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "duration_s": round(time.time() - started, 2),
+        "plugin": {"name": Path(library).stem, "vendor": "", "version": "", "path": library,
+                   "abi_version": None, "devices": []},
+        "profile": {"name": profile.name, **{k: v for k, v in vars(profile).items() if k != "name"}},
+        "seed": seed,
+        "run_known_failures": run_known_failures,
+        "known_failures_file": str(waiver_path) if waiver_path.is_file() else None,
+        "unused_waivers": [],
+        "exit_status": int(exit_status),
+        "summary": {"total": 1, **{s: int(s == statuses.FAIL) for s in statuses.ALL},
+                    "categories": {"abi": {statuses.FAIL: 1}}, "untested_ops": []},
+        "tests": [record],
+    })
+
+
+def load_failure_junit(path: str, document: dict) -> None:
+    """pytest's --junitxml writes nothing when the run stops before its first test: the same
+    one-failure record as JUnit XML (xunit2), so CI shows the crash where it shows failures."""
+    import xml.etree.ElementTree as ET
+
+    record = document["tests"][0]
+    root = ET.Element("testsuites", name="pytest tests")
+    suite = ET.SubElement(root, "testsuite", name="torch-fl-conformance", tests="1", failures="1", errors="0",
+                          skipped="0", time=str(document["duration_s"]), timestamp=document["generated_at"])
+    case = ET.SubElement(suite, "testcase", classname="suite_abi", name=record["test"], time="0")
+    failure = ET.SubElement(case, "failure", message=record["message"])
+    failure.text = f"{record['message']}\nReproducer: {record['reproducer']}"
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
 class JsonReport:
     """A pytest plugin object: collects every test's outcome, writes the file at the end."""
 

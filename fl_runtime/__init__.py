@@ -24,6 +24,7 @@ from fl_runtime.errors import (
     LockFileError,
     LockMismatchError,
     PluginLoadError,
+    PluginProbeError,
     StackLockError,
     TorchVersionError,
     UncertifiedPluginError,
@@ -103,7 +104,7 @@ finish_deferred()          # PyTorch's autoload ran while this package was being
 
 __all__ = ["__version__", "init", "runtime", "list_devices", "device_count", "why_no_devices",
            "synchronize", "plugin_certifications", "last_hidden_error", "op_stats", "profile", "Profile", "coverage",
-           "CoverageReport", "FLError", "ConfigError", "PluginLoadError", "IncompatibleABIError",
+           "CoverageReport", "FLError", "ConfigError", "PluginLoadError", "PluginProbeError", "IncompatibleABIError",
            "VendorError", "UnsupportedOpError", "DeviceNotFoundError", "UnsupportedDtypeError", "FLOutOfMemoryError",
            "TorchVersionError", "UncertifiedPluginError", "StackLockError", "LockFileError", "LockMismatchError",
            "FLBadForkError", "FLSharingError"]

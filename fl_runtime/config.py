@@ -90,6 +90,7 @@ class Config:
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     drivers: DriversConfig = field(default_factory=DriversConfig)
     require_lock: str | None = None                # a `torch-fl lock` file the running stack must match
+    probe_plugins: bool = True                     # probe each plugin in a child before loading it
     path: str | None = None                        # where it was read from, if anywhere
 
     def rule_for(self, device_type: str) -> DeviceRule | None:
@@ -141,7 +142,7 @@ def parse_config(raw: Any, path: str | None = None) -> Config:
     """Validate a config mapping (as YAML gives it) into a Config."""
     _expect(raw, dict, "<top level>", "a mapping", path)
     _reject_unknown(raw, ("devices", "fallback", "logging", "plugins", "certification", "kernels",
-                           "profiler", "drivers", "require_lock"), "", path)
+                           "profiler", "drivers", "require_lock", "probe_plugins"), "", path)
     devices = tuple(_device_rule(item, f"devices[{i}]", path)
                     for i, item in enumerate(_expect(raw.get("devices", []), list, "devices", "a list", path)))
     seen: set[str] = set()       # a set: a list's count() per entry was quadratic in the list
@@ -159,7 +160,10 @@ def parse_config(raw: Any, path: str | None = None) -> Config:
                   kernels=_kernels(raw.get("kernels", {}), path),
                   profiler=_profiler(raw.get("profiler", {}), path),
                   drivers=_drivers(raw.get("drivers", {}), path),
-                  require_lock=_require_lock(raw.get("require_lock"), path), path=path)
+                  require_lock=_require_lock(raw.get("require_lock"), path),
+                  probe_plugins=_expect(raw.get("probe_plugins", True), bool, "probe_plugins", "true or false",
+                                        path),
+                  path=path)
 
 
 def _device_rule(item: Any, key: str, path: str | None) -> DeviceRule:

@@ -37,6 +37,17 @@ class IncompatibleABIError(PluginLoadError):
     """A vendor plugin speaks an ABI version this runtime does not accept."""
 
 
+class PluginProbeError(PluginLoadError):
+    """A plugin crashed or hung in its isolated probe (fl_runtime.plugins.probe), so it
+    was never loaded into this process.  `outcome` is 'crashed' or 'hung'; `signal`
+    the signal's name (SIGABRT, SIGSEGV ...) for a crash, else ''."""
+
+    def __init__(self, plugin: str, problem: str, outcome: str, signal: str = "") -> None:
+        super().__init__(plugin, problem)
+        self.outcome = outcome
+        self.signal = signal
+
+
 class UncertifiedPluginError(PluginLoadError):
     """certification.require_certified is on and a plugin has no valid certificate.
 

@@ -45,7 +45,7 @@ class Runtime:
         self.plugins: list[Plugin]
         self.load_failures: list[LoadFailure]
         self.plugins, self.load_failures = load_all(
-            sources, CertificationPolicy.from_config(self.config.certification))
+            sources, CertificationPolicy.from_config(self.config.certification), self.config.probe_plugins)
         self.devices: list[DeviceInfo]
         self.devices, self.device_notes = build_device_list(self.plugins, self.config)
         if self.config.require_lock:      # before any device is used (README, "Upgrading safely")

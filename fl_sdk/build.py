@@ -71,6 +71,7 @@ def read_spec(directory: Path) -> PluginSpec:
     missing = [key for key in ("library", "sources") if key not in raw]
     if missing:
         raise BuildError(f"{spec_file}: missing key(s) {', '.join(missing)}")
+    _check_library_name(raw["library"], directory, spec_file)
     libraries = tuple(raw.get("sdk_libraries") or ())
     unknown = [name for name in libraries if name not in SDK_LIBRARIES]
     if unknown:
@@ -79,6 +80,19 @@ def read_spec(directory: Path) -> PluginSpec:
     sources = list(raw["sources"]) + [str(SDK_LIBRARIES[name] / "*.c") for name in libraries]
     return PluginSpec(directory, raw["library"], sources, list(raw.get("cflags", [])),
                       list(raw.get("link", [])), libraries)
+
+
+def _check_library_name(library: object, directory: Path, spec_file: Path) -> None:
+    """`library:` names a file inside the plugin directory: building writes it, and a
+    plugin.yaml (perhaps from a template or a download) must not make the build
+    overwrite a file elsewhere (`../../x.so`, an absolute path)."""
+    if not isinstance(library, str) or not library.strip():
+        raise BuildError(f"{spec_file}: library must be a file name such as libfl_acme.so, got {library!r}")
+    inside = directory.resolve()
+    target = (inside / library).resolve()
+    if Path(library).is_absolute() or inside not in target.parents:
+        raise BuildError(f"{spec_file}: library '{library}' is outside the plugin directory {inside}; name a "
+                         "file inside it (e.g. libfl_acme.so) and copy the built library where it is needed")
 
 
 def _matches(directory: Path, pattern: str) -> list[Path]:

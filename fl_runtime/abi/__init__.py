@@ -8,8 +8,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-import cffi
 import torch
+
+from fl_runtime.abi.header import build_ffi, cdef_region
 
 
 def _header_path() -> Path:
@@ -26,15 +27,8 @@ HEADER_PATH = _header_path()
 ENTRY_SYMBOL = "fl_plugin_get_api"
 
 
-def _cdef_region(header_text: str) -> str:
-    start, end = "/* FL_CDEF_BEGIN */", "/* FL_CDEF_END */"
-    if start not in header_text or end not in header_text:
-        raise RuntimeError(f"{HEADER_PATH} lacks the {start} / {end} markers cffi reads")
-    return header_text.split(start, 1)[1].split(end, 1)[0]
-
-
-ffi = cffi.FFI()
-ffi.cdef(_cdef_region(HEADER_PATH.read_text()))
+ffi = build_ffi(HEADER_PATH)
+_cdef_region = cdef_region      # the extraction, for the header tests
 # Constants the runtime needs, taken from the header through cffi.
 _consts = ffi.dlopen(None)  # the process itself: only enum/#define values are read
 ABI_MAJOR: int = _consts.FL_ABI_VERSION_MAJOR

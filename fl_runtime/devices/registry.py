@@ -13,12 +13,14 @@ from fl_runtime.config import Config
 from fl_runtime.errors import PluginLoadError
 from fl_runtime.logs import logger
 from fl_runtime.plugins.drivers import DriverVerdict
+from fl_runtime.plugins import table_checks
 from fl_runtime.plugins.loader import Plugin
 
 # The device type PyTorch sees (PrivateUse1 renamed): "fl:0", torch.autocast("fl").
 DEVICE_TYPE = "fl"
-# More devices than any machine holds: a larger device_count is a corrupt answer.
-MAX_DEVICES_PER_PLUGIN = 4096
+# More devices than any machine holds: a larger device_count is a corrupt answer (one
+# constant, shared with the isolated probe, which stops enumerating there too).
+MAX_DEVICES_PER_PLUGIN = table_checks.MAX_DEVICES_PER_PLUGIN
 
 
 @dataclass

@@ -6,6 +6,8 @@ list, and the config's `plugins:` list.  A plugin that fails to load is logged
 and recorded in `load_failures`; it never stops the others.  Each library's
 certification status is settled before it is loaded (fl_runtime.certification):
 with `certification.require_certified` on, an uncertified one is never dlopened.
+Then the same open bytes are probed in a child process (fl_runtime.plugins.probe),
+so a plugin that crashes while loading is refused instead of killing this process.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from fl_runtime.errors import (
     VendorError,
 )
 from fl_runtime.logs import logger
+from fl_runtime.plugins import probe, table_checks
 from fl_runtime.plugins.certification import CertificationPolicy, CertificationStatus
 from fl_runtime.plugins.metadata import (
     PluginMetadata,
@@ -30,12 +33,13 @@ from fl_runtime.plugins.metadata import (
     read_metadata,
 )
 from fl_runtime.plugins.pinned import PinnedLibrary, load_pinned, open_pinned
+from fl_runtime.plugins.table_checks import TableRefusal
 
 ENTRY_POINT_GROUP = "torch_fl.plugins"
 DISABLE_ENTRY_POINTS_ENV = "TORCH_FL_DISABLE_ENTRY_POINTS"
 
-# The fl_api fields ABI 1.0 defines; a table shorter than this is refused.
-_REQUIRED_FIELD = "launch_kernel"
+_LEVELS = table_checks.AbiLevels(abi.ABI_MAJOR, abi.ABI_MINOR, abi.ABI_MIN_SUPPORTED_MINOR, abi.SUCCESS,
+                                 abi.ERROR_INCOMPATIBLE_ABI, abi.STATUS_NAMES, abi.ENTRY_SYMBOL)
 
 
 @dataclass(frozen=True)
@@ -84,12 +88,8 @@ class Plugin:
         return f"Plugin({self.name!r}, {self.source.path!r}, abi={self.abi_version})"
 
 
-# A plugin's strings are names and messages; reading stops here even if one is unterminated.
-_MAX_STRING = 4096
-
-
 def _string(cdata) -> str:
-    return ffi.string(cdata, _MAX_STRING).decode(errors="replace") if cdata != ffi.NULL else ""
+    return table_checks.read_string(ffi, cdata)
 
 
 def discover_sources(config_plugins: tuple[str, ...] = ()) -> list[PluginSource]:
@@ -134,8 +134,11 @@ def _dedupe(sources: list[PluginSource]) -> list[PluginSource]:
     return unique
 
 
-def load_plugin(source: PluginSource, policy: CertificationPolicy | None = None) -> Plugin:
-    """Check certification, dlopen one library and negotiate; raises PluginLoadError,
+def load_plugin(source: PluginSource, policy: CertificationPolicy | None = None,
+                probe_plugins: bool | None = None) -> Plugin:
+    """Check certification, probe the library in a child process (fl_runtime.plugins.probe;
+    `probe_plugins` None: the config and environment decide), dlopen it and negotiate;
+    raises PluginLoadError (PluginProbeError: it crashed or hung in the probe),
     UncertifiedPluginError (policy requires a certificate) or IncompatibleABIError."""
     logger.debug("loading plugin '%s' from %s (%s)", source.name, source.path, source.origin)
     if not os.path.isfile(source.path):
@@ -151,8 +154,10 @@ def load_plugin(source: PluginSource, policy: CertificationPolicy | None = None)
             metadata = read_metadata(source.path)
         except PluginMetadataError as exc:
             raise PluginLoadError(source.name, str(exc)) from exc
+        if probe.probing_enabled(probe_plugins) if probe_plugins is not None else _probe_in_effect():
+            _probe(source, pinned)
         try:
-            # The bytes hashed above, never the path again (README "Certifying a plugin").
+            # The bytes hashed (and probed) above, never the path again (README "Certifying a plugin").
             lib = load_pinned(pinned, ffi.dlopen)
         except OSError as exc:
             raise PluginLoadError(source.name, f"cannot load {source.path}: {exc}") from exc
@@ -169,6 +174,14 @@ def load_plugin(source: PluginSource, policy: CertificationPolicy | None = None)
     return plugin
 
 
+def _probe(source: PluginSource, pinned: PinnedLibrary) -> None:
+    """A crash in the plugin's constructor or entry point must not kill this process:
+    the same bytes run first in a child (README "Isolated probing")."""
+    verdict = probe.check_isolated(source.name, pinned)
+    if verdict.outcome == probe.REFUSED:
+        raise refusal_error(source.name, verdict.kind, verdict.message)
+
+
 def _certify_before_load(source: PluginSource, policy: CertificationPolicy,
                          pinned: PinnedLibrary) -> CertificationStatus:
     """The certification status of the bytes behind `pinned`'s descriptor: the ones
@@ -181,68 +194,43 @@ def _certify_before_load(source: PluginSource, policy: CertificationPolicy,
 
 
 def _negotiate(source: PluginSource, get_api):
-    requested = ffi.new("fl_abi_version*", {"struct_size": ffi.sizeof("fl_abi_version"),
-                                            "major": abi.ABI_MAJOR, "minor": abi.ABI_MINOR})
-    out = ffi.new("const fl_api**")
-    status = get_api(requested, out)
-    ours = f"{abi.ABI_MAJOR}.{abi.ABI_MINOR}"
-    if status == abi.ERROR_INCOMPATIBLE_ABI:
-        raise IncompatibleABIError(source.name, f"refuses ABI {ours}; it needs another Torch-FL "
-                                   "release (see `torch-fl doctor`)")
-    if status != abi.SUCCESS or out[0] == ffi.NULL:
-        raise PluginLoadError(source.name, f"{abi.ENTRY_SYMBOL} failed with "
-                              f"{abi.STATUS_NAMES.get(status, status)}")
-    api = out[0]
-    major, minor = api.abi_version.major, api.abi_version.minor
-    if major != abi.ABI_MAJOR or minor < abi.ABI_MIN_SUPPORTED_MINOR:
-        raise IncompatibleABIError(
-            source.name, f"speaks ABI {major}.{minor}, this runtime accepts "
-            f"{abi.ABI_MAJOR}.{abi.ABI_MIN_SUPPORTED_MINOR} to {ours}: rebuild the plugin against "
-            "this Torch-FL SDK or install a matching Torch-FL")
-    if not abi.struct_covers(api, "fl_api", _REQUIRED_FIELD):
-        raise IncompatibleABIError(source.name, f"its function table is {api.struct_size} bytes, "
-                                   f"too short for ABI {major}.{minor}")
-    _validate_table(source, api)
-    return api
+    try:
+        return table_checks.negotiate(ffi, _LEVELS, get_api)
+    except TableRefusal as refusal:
+        raise refusal_error(source.name, refusal.kind, refusal.message) from None
 
 
-def _validate_table(source: PluginSource, api) -> None:
-    """Refuse a table the runtime would crash on: a NULL `info` or a NULL function
-    pointer among the fields the plugin's struct_size covers (fl_abi.h: every
-    function of the negotiated minor is required).  A wild non-NULL pointer cannot
-    be detected from here; those faults are the plugin's own."""
-    if api.info == ffi.NULL:
-        raise PluginLoadError(source.name, "its fl_api table has info = NULL (fl_abi.h requires the "
-                              "plugin_name/vendor/device_type record): fix the plugin's fl_plugin_get_api")
-    if api.info.struct_size < ffi.offsetof("fl_plugin_info", "vendor"):
-        raise PluginLoadError(source.name, f"its fl_plugin_info.struct_size is {api.info.struct_size}, "
-                              "too small to hold plugin_name: fix the plugin's info record")
-    for name in _function_fields():
-        if abi.struct_covers(api, "fl_api", name) and getattr(api, name) == ffi.NULL:
-            raise PluginLoadError(source.name, f"its fl_api table has {name} = NULL; every function of "
-                                  "the ABI minor it speaks is required (fl_abi.h): fix the plugin")
-
-
-def _function_fields() -> list[str]:
-    return [name for name, field in ffi.typeof("fl_api").fields
-            if field.type.kind == "function"]    # cffi: a function pointer's kind
+def refusal_error(plugin: str, kind: str, message: str) -> PluginLoadError:
+    """The loader's error class for a table refusal (here or in the isolated probe)."""
+    return (IncompatibleABIError if kind == table_checks.ABI_REFUSAL else PluginLoadError)(plugin, message)
 
 
 def load_all(sources: list[PluginSource], policy: CertificationPolicy | None = None,
-             ) -> tuple[list[Plugin], list[LoadFailure]]:
+             probe_plugins: bool | None = None) -> tuple[list[Plugin], list[LoadFailure]]:
     """Load every source; failures are logged and returned, never raised.
 
-    `policy` defaults to the config file's `certification:` section."""
+    `policy` defaults to the config file's `certification:` section, `probe_plugins`
+    to its `probe_plugins` key ($TORCH_FL_PROBE_PLUGINS wins over either)."""
     policy = policy or _policy_in_effect()
+    if probe_plugins is None:
+        probe_plugins = _probe_in_effect()
     plugins, failures = [], []
     for source in sources:
         try:
-            plugins.append(load_plugin(source, policy))
+            plugins.append(load_plugin(source, policy, probe_plugins))
             logger.info("loaded plugin '%s' from %s", source.name, source.path)
         except Exception as exc:
             logger.warning("skipping plugin '%s': %s", source.name, exc)
             failures.append(LoadFailure(source, exc))
     return plugins, failures
+
+
+def _probe_in_effect() -> bool:
+    # The environment decides alone when set; otherwise the config file's `probe_plugins`.
+    if os.environ.get(probe.PROBE_ENV, "").strip():
+        return probe.probing_enabled()
+    from fl_runtime.config import load_config
+    return load_config().probe_plugins
 
 
 def _policy_in_effect() -> CertificationPolicy:

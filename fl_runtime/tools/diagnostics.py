@@ -277,7 +277,8 @@ def run_checks() -> Report:
             config_error = exc
         found, sources = check_plugins_found(config)
         policy = CertificationPolicy.from_config(config.certification) if config else CertificationPolicy()
-        plugins, failures = load_all(sources, policy) if sources else ([], [])
+        probe_plugins = config.probe_plugins if config else True     # a bad config: probe (the safe side)
+        plugins, failures = load_all(sources, policy, probe_plugins) if sources else ([], [])
         report = Report([found, *check_loading(failures, plugins), check_driver(plugins, config),
                          check_certified_stack(plugins), check_device_nodes(),
                          check_config(config, config_error, plugins), check_lock(config, plugins),

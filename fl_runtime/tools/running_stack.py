@@ -30,7 +30,7 @@ def collect(config: Config | None = None) -> RunningStack:
     for a bad config (the caller reports it)."""
     config = config or load_config()
     plugins, failures = load_all(discover_sources(config.plugins),
-                                 CertificationPolicy.from_config(config.certification))
+                                 CertificationPolicy.from_config(config.certification), config.probe_plugins)
     notes = [f"plugin '{f.source.name}' ({f.source.path}) not loaded: {f.error}" for f in failures]
     for plugin in plugins:
         try:
