@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import abc
 import datetime
-import os
 
 import torch.distributed as dist
+
+from fl_runtime.integration.distributed.elastic import attempt_scope
 
 
 class Transport(abc.ABC):
@@ -44,13 +45,9 @@ class HostGlooTransport(Transport):
 
     def connect(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
                 group_name: str) -> dist.ProcessGroupGloo:
-        # A prefix of its own keeps Gloo's rendezvous keys apart from anything else on the store.
-        # torchrun keeps its store across restarts (--max-restarts), so the keys of a failed attempt
-        # (the dead ranks' addresses) are still there: a rank that reads them before the new
-        # attempt's peer has written its own connects to a dead address.  The attempt number
-        # torchrun gives every worker of an attempt keeps each attempt's keys apart.
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        wire = dist.ProcessGroupGloo(dist.PrefixStore(f"fl-gloo/{attempt}/", store), rank, size, timeout)
+        # A prefix of its own keeps Gloo's rendezvous keys apart from anything else on the
+        # store, and from an earlier torchrun attempt's (elastic.py).
+        wire = dist.ProcessGroupGloo(dist.PrefixStore(f"fl-gloo/{attempt_scope()}/", store), rank, size, timeout)
         wire.options.group_name = group_name
         wire._set_sequence_number_for_group()
         return wire

@@ -42,6 +42,7 @@ import torch.distributed as dist
 from fl_runtime import abi
 from fl_runtime.devices.communicator import Communicator, unique_id
 from fl_runtime.errors import FLError, VendorError
+from fl_runtime.integration.distributed.elastic import attempt_scope
 from fl_runtime.integration.distributed.work import CallSite, CollectiveError, FLWork
 from fl_runtime.integration.process import start
 from fl_runtime.logs import logger
@@ -102,7 +103,9 @@ class VendorCollectives:
     def connect(cls, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
                 group_name: str) -> VendorCollectives | None:
         """Agree with the other ranks (through `store`) on the plugins every rank offers."""
-        store = dist.PrefixStore(f"{_PREFIX}{group_name}/", store)
+        # Per torchrun attempt (elastic.py): a restarted rank must not read a dead attempt's offers
+        # or communicator ids.
+        store = dist.PrefixStore(f"{_PREFIX}{attempt_scope()}/{group_name}/", store)
         store.set(f"offer/{rank}", ",".join(_offered_plugins()))
         common: set[str] | None = None
         for r in range(size):
