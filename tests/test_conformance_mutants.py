@@ -171,20 +171,29 @@ def _selected(session: pytest.Session) -> list[Mutant]:
             if getattr(item, "originalname", "") == "test_suite_fails_the_mutant_and_blames_it"]
 
 
+def build_and_test(mutant: Mutant, directory: Path) -> tuple:
+    """Build the mutant and run the suite on it: (completed process, JSON report)."""
+    library = build_mutant(mutant, directory / "plugin")
+    run = directory / "run"
+    run.mkdir()
+    result, report, _ = fl_sdk_test(str(library), run, "-k", mutant.keyword, *mutant.options)
+    return result, report
+
+
 @pytest.fixture(scope="module")
-def builds(request, tmp_path_factory) -> dict[str, Future]:
-    """The selected mutants, built two at a time in the background (builds dominate this
-    module's time; each test waits only for its own)."""
+def runs(request, tmp_path_factory) -> dict[str, Future]:
+    """The selected mutants, each built and run through the suite, two at a time in the
+    background (each is a few processes of its own: this module's time halves on two
+    cores; each test waits only for its own)."""
     root = tmp_path_factory.mktemp("mutants")
     pool = ThreadPoolExecutor(max_workers=2)
     request.addfinalizer(lambda: pool.shutdown(cancel_futures=True))
-    return {m.name: pool.submit(build_mutant, m, root / m.name) for m in _selected(request.session)}
+    return {m.name: pool.submit(build_and_test, m, root / m.name) for m in _selected(request.session)}
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
-def test_suite_fails_the_mutant_and_blames_it(mutant, builds, tmp_path):
-    library = builds[mutant.name].result()
-    result, report, _ = fl_sdk_test(str(library), tmp_path, "-k", mutant.keyword, *mutant.options)
+def test_suite_fails_the_mutant_and_blames_it(mutant, runs):
+    result, report = runs[mutant.name].result()
     assert result.returncode != 0, f"the suite passed the {mutant.name} mutant:\n{result.stdout[-4000:]}"
     failed = failures(report)
     assert failed, result.stdout[-4000:]
