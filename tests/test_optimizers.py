@@ -125,3 +125,55 @@ def test_grad_scaler_arguments_fall_back_correctly(fl):
         results.append([t.cpu() for t in params + m + v])
     for got, want in zip(results[1], results[0]):
         torch.testing.assert_close(got, want, **TOL[torch.float32])
+
+
+def test_foreach_adamw_step_is_list_launches(fl):
+    """The default (foreach) AdamW step: the tensor-list ops reach the vendor once per
+    list; only the ops with a per-parameter Scalar[] (bias corrections) stay per tensor."""
+    counts = _step_counts(lambda params: torch.optim.AdamW(params, lr=0.01, weight_decay=0.1))
+    for name in ("aten::_foreach_mul_.Scalar", "aten::_foreach_lerp_.Scalar",
+                 "aten::_foreach_addcmul_.Scalar", "aten::_foreach_sqrt.out", "aten::_foreach_add_.Scalar"):
+        assert name in counts, counts
+    assert counts["aten::_foreach_mul_.Scalar"] == {"native": 2}      # weight decay, beta2
+    n_params = 4
+    total = sum(n for paths in counts.values() for n in paths.values())
+    assert total <= 6 + 2 * n_params, counts       # was 8 per parameter (32) before
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_foreach_sgd_matches_cpu(fl, momentum):
+    model = _model()
+    make = lambda params: torch.optim.SGD(params, lr=0.1, momentum=momentum, foreach=True)  # noqa: E731
+    _assert_same(_train(model, "fl:0", make), _train(model, "cpu", make), torch.float32)
+
+
+def test_foreach_ops_decline_what_they_cannot_compute(fl):
+    """Integer lists, broadcasting and mixed dtypes are declined at launch and take
+    PyTorch's per-tensor path: the same values as on the CPU."""
+    cases = [  # (make the lists on a device, run the in-place op on them)
+        (lambda d: [[torch.arange(4).to(d)]], lambda ls: torch._foreach_add_(ls[0], 3)),
+        (lambda d: [[torch.ones(2, 3).to(d)], [torch.arange(3.0).to(d)]],
+         lambda ls: torch._foreach_add_(ls[0], ls[1], alpha=2)),
+        (lambda d: [[torch.ones(3).to(d), torch.ones(2, dtype=torch.float64).to(d)]],
+         lambda ls: torch._foreach_mul_(ls[0], 1.5)),
+        (lambda d: [[torch.rand(3, generator=torch.Generator().manual_seed(3)).to(d)],
+                    [torch.rand(3, generator=torch.Generator().manual_seed(4)).to(d)]],
+         lambda ls: torch._foreach_lerp_(ls[0], ls[1], 0.7)),      # a supported one, for contrast
+    ]
+    for make, run in cases:
+        cpu_lists, fl_lists = make("cpu"), make("fl:0")
+        run(cpu_lists)
+        run(fl_lists)
+        for got, want in zip(fl_lists[0], cpu_lists[0]):
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got.cpu(), want)
+
+
+def test_foreach_sqrt_out_of_place(fl):
+    xs = [torch.rand(3, 2), torch.rand(5, dtype=torch.float64) + 1, torch.arange(4)]
+    for inputs in (xs[:1], xs[1:2], xs):            # one float32 list, one float64, a mixed one
+        got = torch._foreach_sqrt([t.to("fl:0") for t in inputs])
+        want = torch._foreach_sqrt(inputs)
+        for g, w in zip(got, want):
+            assert g.device.type == "fl" and g.dtype == w.dtype
+            torch.testing.assert_close(g.cpu(), w)
