@@ -32,6 +32,8 @@ typedef struct adam_lists {
         const fl_tensor *p = L->p[k];                                                        \
         const T beta1 = (T)h->beta1, beta2 = (T)h->beta2;                                    \
         const T wd = (T)h->weight_decay;                                                     \
+        /* 1 - beta in double, then rounded: (T)1 - (T)beta2 is 4.7e-5 off for 0.999 */      \
+        const T one_minus_beta1 = (T)(1 - h->beta1), one_minus_beta2 = (T)(1 - h->beta2);    \
         const double eps = h->eps;                                                           \
         const double step_size = h->lr / (1 - pow(h->beta1, step));                          \
         const double bias2_sqrt = sqrt(1 - pow(h->beta2, step));                             \
@@ -48,10 +50,10 @@ typedef struct adam_lists {
             }                                                                                \
             T m = ELEM(T, L->m[k], i);                                                       \
             if (fabs(1 - h->beta1) < 0.5) /* lerp(m, grad, 1 - beta1), as ATen computes it */ \
-                m = m + (T)(1 - beta1) * (grad - m);                                         \
+                m = m + one_minus_beta1 * (grad - m);                                        \
             else                                                                             \
                 m = grad - (grad - m) * beta1;                                               \
-            T v = ELEM(T, L->v[k], i) * beta2 + (1 - beta2) * grad * grad;                   \
+            T v = ELEM(T, L->v[k], i) * beta2 + one_minus_beta2 * grad * grad;               \
             T denom;                                                                         \
             if (h->amsgrad) {                                                                \
                 T vmax = ELEM(T, L->vmax[k], i);                                             \
@@ -197,7 +199,7 @@ typedef struct sgd_hyper {
     static void sgd_update_##T(const fl_tensor *p, const fl_tensor *g, const fl_tensor *buf, \
                                const sgd_hyper *h) {                                         \
         const T wd = (T)h->weight_decay, mom = (T)h->momentum, lr = (T)h->lr;                \
-        const T damp = (T)h->dampening;                                                      \
+        const T one_minus_damp = (T)(1 - h->dampening);                                      \
         const int64_t n = flk_numel(p);                                                      \
         for (int64_t i = 0; i < n; ++i) {                                                    \
             T param = ELEM(T, p, i), grad = ELEM(T, g, i);                                   \
@@ -206,7 +208,7 @@ typedef struct sgd_hyper {
             if (wd != 0)                                                                     \
                 grad += param * wd;                                                          \
             if (buf) {                                                                       \
-                T b = h->first_step ? grad : mom * ELEM(T, buf, i) + (1 - damp) * grad;      \
+                T b = h->first_step ? grad : mom * ELEM(T, buf, i) + one_minus_damp * grad;      \
                 ELEM(T, buf, i) = b;                                                         \
                 grad = h->nesterov ? grad + mom * b : b;                                     \
             }                                                                                \
