@@ -147,9 +147,9 @@ def test_foreach_sgd_matches_cpu(fl, momentum):
     _assert_same(_train(model, "fl:0", make), _train(model, "cpu", make), torch.float32)
 
 
-def test_foreach_ops_decline_what_they_cannot_compute(fl):
-    """Integer lists, broadcasting and mixed dtypes are declined at launch and take
-    PyTorch's per-tensor path: the same values as on the CPU."""
+def test_foreach_ops_off_the_fast_route(fl):
+    """Integer lists, broadcasting and mixed dtypes take PyTorch's per-tensor loop on fl's
+    ordinary kernels (as CUDA's slow route): the same values as on the CPU, and no fallback."""
     cases = [  # (make the lists on a device, run the in-place op on them)
         (lambda d: [[torch.arange(4).to(d)]], lambda ls: torch._foreach_add_(ls[0], 3)),
         (lambda d: [[torch.ones(2, 3).to(d)], [torch.arange(3.0).to(d)]],
@@ -163,7 +163,9 @@ def test_foreach_ops_decline_what_they_cannot_compute(fl):
     for make, run in cases:
         cpu_lists, fl_lists = make("cpu"), make("fl:0")
         run(cpu_lists)
+        op_stats.reset()
         run(fl_lists)
+        assert not op_stats.fallback_ops(), op_stats.snapshot()
         for got, want in zip(fl_lists[0], cpu_lists[0]):
             assert got.dtype == want.dtype
             torch.testing.assert_close(got.cpu(), want)
@@ -177,3 +179,11 @@ def test_foreach_sqrt_out_of_place(fl):
         for g, w in zip(got, want):
             assert g.device.type == "fl" and g.dtype == w.dtype
             torch.testing.assert_close(g.cpu(), w)
+
+
+def test_foreach_list_length_mismatch_raises(fl):
+    a = [torch.ones(2).to("fl:0"), torch.ones(2).to("fl:0")]
+    with pytest.raises(RuntimeError, match="same number of tensors"):
+        torch._foreach_add_(a, a[:1])
+    with pytest.raises(RuntimeError, match="at least one tensor"):
+        torch._foreach_mul_([], 2.0)

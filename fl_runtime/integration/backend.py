@@ -24,7 +24,7 @@ BACKEND_NAME = DEVICE_TYPE
 # Ops the runtime implements itself (they call vendor kernels for their device part).
 RUNTIME_OWNED = {"copy_", "empty.memory_format", "empty_strided", "_local_scalar_dense", "resize_",
                  "record_stream", "native_dropout", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell",
-                 *attention.RUNTIME_OWNED}
+                 *attention.RUNTIME_OWNED, *foreach.RUNTIME_OWNED}
 _FAST_VIEWS = ("view", "as_strided", "_reshape_alias", "unfold", "alias")
 _CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _libraries: list = []     # registrations live as long as these objects
