@@ -53,6 +53,14 @@ def _lr(draw: s.Draw, tensor_lr: bool):
     return {"derived": {"op": "full", "args": [[], lr], "output": 0}} if tensor_lr else lr
 
 
+def _scaler(draw: s.Draw) -> dict:
+    """GradScaler's optional grad_scale and found_inf (one-element float32 tensors)."""
+    def scalar(values: list):
+        value = draw(st.sampled_from([None, *values]))
+        return None if value is None else {"derived": {"op": "full", "args": [[], value], "output": 0}}
+    return {"grad_scale": scalar([4.0, 0.5]), "found_inf": scalar([0.0, 1.0])}
+
+
 def _adam(tensor_lr: bool):
     def generate(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
         shapes = _shapes(draw)
@@ -64,7 +72,7 @@ def _adam(tensor_lr: bool):
         return lists, {"lr": _lr(draw, tensor_lr), "beta1": draw(st.sampled_from([0.9, 0.0, 0.6])),
                        "beta2": draw(st.sampled_from([0.999, 0.9])), "weight_decay": draw(st.sampled_from([0.0, 0.01])),
                        "eps": draw(st.sampled_from([1e-8, 1e-3])), "amsgrad": amsgrad,
-                       "maximize": draw(st.booleans())}
+                       "maximize": draw(st.booleans()), **_scaler(draw)}
     return generate
 
 
@@ -77,7 +85,7 @@ def _sgd(tensor_lr: bool):
             "weight_decay": draw(st.sampled_from([0.0, 0.01])), "momentum": momentum,
             "lr": _lr(draw, tensor_lr), "dampening": draw(st.sampled_from([0.0, 0.1])),
             "nesterov": bool(momentum) and draw(st.booleans()), "maximize": draw(st.booleans()),
-            "is_first_step": draw(st.booleans())}
+            "is_first_step": draw(st.booleans()), **_scaler(draw)}
     return generate
 
 

@@ -110,21 +110,30 @@ def test_fused_adamw_is_one_vendor_launch(fl):
     assert sum(n for paths in counts.values() for n in paths.values()) <= 4, counts
 
 
-def test_grad_scaler_arguments_fall_back_correctly(fl):
-    """The reference kernel declines grad_scale/found_inf; the CPU kernel runs them."""
-    def lists(device):
-        torch.manual_seed(2)
-        made = [[torch.randn(3, 2).abs().to(device) for _ in range(2)] for _ in range(4)]
-        return made + [[torch.tensor(3.0).to(device) for _ in range(2)]]
-    results = []
-    for device in ("cpu", "fl:0"):
-        params, grads, m, v, steps = lists(device)
-        torch._fused_adamw_(params, grads, m, v, [], steps, lr=0.1, beta1=0.9, beta2=0.99,
-                            weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False,
-                            grad_scale=torch.tensor(4.0).to(device), found_inf=torch.tensor(0.0).to(device))
-        results.append([t.cpu() for t in params + m + v])
-    for got, want in zip(results[1], results[0]):
-        torch.testing.assert_close(got, want, **TOL[torch.float32])
+@pytest.mark.parametrize("found_inf", [0.0, 1.0])
+@pytest.mark.parametrize("op", ["adamw", "sgd"])
+def test_grad_scaler_arguments(fl, op, found_inf):
+    """GradScaler's grad_scale (grads divided by it, in place) and found_inf (1: the step is
+    skipped) on the vendor kernel: the same parameters, grads and state as ATen's CPU kernel."""
+    def run(device):
+        gen = torch.Generator().manual_seed(2)
+        made = [[torch.rand(3, 2, generator=gen).to(device) for _ in range(2)] for _ in range(4)]
+        params, grads, m, v = made
+        scaler = dict(grad_scale=torch.tensor(4.0).to(device), found_inf=torch.tensor(found_inf).to(device))
+        if op == "adamw":
+            steps = [torch.tensor(3.0).to(device) for _ in range(2)]
+            torch._fused_adamw_(params, grads, m, v, [], steps, lr=0.1, beta1=0.9, beta2=0.99,
+                                weight_decay=0.01, eps=1e-8, amsgrad=False, maximize=False, **scaler)
+        else:
+            torch._fused_sgd_(params, grads, m, weight_decay=0.01, momentum=0.9, lr=0.1, dampening=0.0,
+                              nesterov=False, maximize=False, is_first_step=False, **scaler)
+        return [t.cpu() for t in params + grads + m + v]
+    want = run("cpu")
+    op_stats.reset()
+    got = run("fl:0")
+    assert not op_stats.fallback_ops(), op_stats.snapshot()
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **TOL[torch.float32])
 
 
 def test_foreach_adamw_step_is_list_launches(fl):

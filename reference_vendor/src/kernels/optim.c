@@ -5,8 +5,8 @@
  * counters were already incremented by the caller (_foreach_add_), as on CPU.
  *
  * The arithmetic follows ATen's CPU kernels (FusedAdamKernel.cpp,
- * FusedSGDKernel.cpp), in the tensor's own precision.  grad_scale/found_inf
- * (AMP's GradScaler) are declined: the runtime then runs the CPU kernel.
+ * FusedSGDKernel.cpp), in the tensor's own precision, GradScaler's grad_scale and
+ * found_inf included.
  */
 #include <math.h>
 
@@ -18,6 +18,8 @@
 typedef struct adam_hyper {
     double lr, beta1, beta2, weight_decay, eps;
     int amsgrad, maximize, decoupled; /* decoupled: AdamW's weight decay */
+    int has_scale;                    /* GradScaler's grad_scale: grads are divided by it, in place */
+    float scale;
 } adam_hyper;
 
 /* the lists every Adam entry k reads: param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step */
@@ -40,6 +42,10 @@ typedef struct adam_lists {
         const int64_t n = flk_numel(p);                                                      \
         for (int64_t i = 0; i < n; ++i) {                                                    \
             T param = ELEM(T, p, i), grad = ELEM(T, L->g[k], i);                             \
+            if (h->has_scale) { /* unscaled and written back, as ATen's CPU kernel does */    \
+                grad = grad / (T)h->scale;                                                   \
+                ELEM(T, L->g[k], i) = grad;                                                  \
+            }                                                                                \
             if (h->maximize)                                                                 \
                 grad = -grad;                                                                \
             if (wd != 0) {                                                                   \
@@ -91,10 +97,30 @@ static fl_status read_list(const flk_args *a, uint32_t i, const char *name, uint
     return FL_SUCCESS;
 }
 
-/* AMP's grad_scale / found_inf: declined, so the CPU kernel (which has them) runs */
+/* AMP's grad_scale / found_inf (GradScaler): one-element float32 tensors, as ATen's CPU
+ * kernel reads them; anything else is declined, so the CPU kernel reports it. */
 static fl_status decline_scaler(const flk_args *a, uint32_t first) {
-    if (!flk_arg_is_none(a, first) || !flk_arg_is_none(a, first + 1))
-        return flk_decline(a, "grad_scale/found_inf (GradScaler) are not supported by this kernel");
+    for (uint32_t i = first; i < first + 2; ++i) {
+        const fl_tensor *t;
+        FLK_TRY(flk_get_opt_tensor(a, i, i == first ? "grad_scale" : "found_inf", &t));
+        if (t && (t->dtype != FL_FLOAT32 || flk_numel(t) != 1))
+            return flk_decline(a, "%s must be a one-element float32 tensor",
+                               i == first ? "grad_scale" : "found_inf");
+    }
+    return FL_SUCCESS;
+}
+
+/* Reads grad_scale (into *has_scale, *scale) and found_inf; *skip when found_inf is 1:
+ * the step is skipped entirely, as ATen's CPU kernel does. */
+static fl_status read_scaler(const flk_args *a, uint32_t first, int *has_scale, float *scale,
+                             int *skip) {
+    const fl_tensor *gs, *inf;
+    FLK_TRY(decline_scaler(a, first));
+    FLK_TRY(flk_get_opt_tensor(a, first, "grad_scale", &gs));
+    FLK_TRY(flk_get_opt_tensor(a, first + 1, "found_inf", &inf));
+    *has_scale = gs != NULL;
+    *scale = gs ? *(const flk_f32 *)flk_data(gs) : 1.0f;
+    *skip = inf != NULL && *(const flk_f32 *)flk_data(inf) == 1.0f;
     return FL_SUCCESS;
 }
 
@@ -124,7 +150,8 @@ static fl_status adam(const char *op, int decoupled, int tensor_lr, const fl_arg
     FLK_TRY(flk_get_double(&a, 10, "eps", &h.eps));
     FLK_TRY(flk_get_bool(&a, 11, "amsgrad", &h.amsgrad));
     FLK_TRY(flk_get_bool(&a, 12, "maximize", &h.maximize));
-    FLK_TRY(decline_scaler(&a, 13));
+    int skip;
+    FLK_TRY(read_scaler(&a, 13, &h.has_scale, &h.scale, &skip));
     h.decoupled = decoupled;
     if (h.amsgrad)
         FLK_TRY(read_list(&a, 4, "max_exp_avg_sqs", L.n, &L.vmax));
@@ -142,7 +169,7 @@ static fl_status adam(const char *op, int decoupled, int tensor_lr, const fl_arg
             return flk_fail(&a, "state_steps[%u] has %lld elements, expected one", k,
                             (long long)flk_numel(L.step[k]));
     }
-    for (uint32_t k = 0; k < L.n; ++k) {
+    for (uint32_t k = 0; k < L.n && !skip; ++k) {
         double step = flk_load_f64(flk_data(L.step[k]), L.step[k]->dtype);
         if (L.p[k]->dtype == FL_FLOAT32)
             adam_update_float(&L, k, &h, step);
@@ -193,6 +220,8 @@ FLK_REGISTER_ENTRY("_fused_adamw_.tensor_lr", FLK_F32_F64, FL_VARIANT_PRECISE, k
 typedef struct sgd_hyper {
     double weight_decay, momentum, lr, dampening;
     int nesterov, maximize, first_step;
+    int has_scale; /* GradScaler's grad_scale: grads are divided by it, in place */
+    float scale;
 } sgd_hyper;
 
 #define SGD_UPDATE(T)                                                                        \
@@ -203,6 +232,10 @@ typedef struct sgd_hyper {
         const int64_t n = flk_numel(p);                                                      \
         for (int64_t i = 0; i < n; ++i) {                                                    \
             T param = ELEM(T, p, i), grad = ELEM(T, g, i);                                   \
+            if (h->has_scale) { /* unscaled and written back, as ATen's CPU kernel does */    \
+                grad = grad / (T)h->scale;                                                   \
+                ELEM(T, g, i) = grad;                                                        \
+            }                                                                                \
             if (h->maximize)                                                                 \
                 grad = -grad;                                                                \
             if (wd != 0)                                                                     \
@@ -243,7 +276,8 @@ static fl_status sgd(const char *op, int tensor_lr, const fl_arg *args, uint32_t
     FLK_TRY(flk_get_bool(&a, 7, "nesterov", &h.nesterov));
     FLK_TRY(flk_get_bool(&a, 8, "maximize", &h.maximize));
     FLK_TRY(flk_get_bool(&a, 9, "is_first_step", &h.first_step));
-    FLK_TRY(decline_scaler(&a, 10));
+    int skip;
+    FLK_TRY(read_scaler(&a, 10, &h.has_scale, &h.scale, &skip));
     /* PyTorch passes no buffers when momentum == 0 (plain SGD) */
     if (h.momentum != 0 && nbuf != n)
         return flk_fail(&a, "momentum_buffer_list has %u tensors, params %u", nbuf, n);
@@ -257,7 +291,7 @@ static fl_status sgd(const char *op, int tensor_lr, const fl_arg *args, uint32_t
         if (buf)
             FLK_TRY(check_entry(&a, p[k], buf[k], "momentum_buffer_list", k));
     }
-    for (uint32_t k = 0; k < n; ++k) {
+    for (uint32_t k = 0; k < n && !skip; ++k) {
         if (p[k]->dtype == FL_FLOAT32)
             sgd_update_float(p[k], g[k], buf ? buf[k] : NULL, &h);
         else
