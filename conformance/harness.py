@@ -247,6 +247,8 @@ def _fetch(dev: Device, stream, item: _Placed) -> tuple[torch.Tensor, list[str]]
 
 def output_layouts(plan: OpPlan, values: list) -> list[torch.Tensor | None]:
     """Meta tensors with the layout PyTorch gives each return (the runtime's rule)."""
+    if not plan.returns_alias:   # `-> ()` (in-place tensor-list ops): nothing to lay out, as in the runtime
+        return []
     args, kwargs = [], {}
     for spec, value in zip(plan.args, values):
         if isinstance(value, torch.Tensor):
@@ -311,7 +313,11 @@ def call_kernel(dev: Device, stream, entry: KernelEntry, plan: OpPlan, values: l
         dev.api.stream_synchronize(stream)   # after a failure too: nothing queued may still use them
         for item in placed:
             dev.free(item.ptr)
-    args_after = [after[id(by_id[id(v)])] if isinstance(v, torch.Tensor) else v for v in values]
+    def fetched(v):
+        if isinstance(v, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in v):
+            return [fetched(t) for t in v]     # a tensor list: each entry as the launch left it
+        return after[id(by_id[id(v)])] if isinstance(v, torch.Tensor) else v
+    args_after = [fetched(v) for v in values]
     results = [args_after[alias] if alias is not None else (after[id(fresh[j])] if j in fresh else None)
                for j, alias in enumerate(plan.returns_alias)]
     return KernelRun(args_after, results, problems)

@@ -78,6 +78,9 @@ def _copy(value, wide: bool = False, absolute: bool = False):
         if absolute and t.is_floating_point():   # the error scale of finite terms; specials judged apart
             t = torch.nan_to_num(t.abs(), nan=0.0, posinf=0.0)
         return t
+    if isinstance(value, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in value):
+        # a tensor list: copied too, or an in-place list op (_foreach_mul_) would change the inputs
+        return [_copy(t, wide, absolute) for t in value]
     if absolute and isinstance(value, float):   # coefficients (alpha, beta); ints are dims and sizes
         return abs(value)
     return value
@@ -155,6 +158,34 @@ def _undeclared_write(plan: OpPlan, values: list, index: int, after: torch.Tenso
                                   f"({rule.describe()}); {verdict.detail}"]
 
 
+def _list_problems(plan: OpPlan, values: list, args_after: list, cpu_after: list, op: str,
+                   fast: bool) -> list[str]:
+    """Tensor lists: those the schema lets the op write (`Tensor(a!)[]`: _foreach_mul_'s self,
+    _fused_adamw_'s params and moments) judged entry by entry against PyTorch CPU's, as an
+    output would be -- those ops return nothing, so this is all there is to check -- and
+    any other list must come back unchanged."""
+    problems: list[str] = []
+    for i, (arg, before) in enumerate(zip(plan.op._schema.arguments, values)):
+        if not (isinstance(before, list) and any(isinstance(t, torch.Tensor) for t in before)):
+            continue
+        written = arg.alias_info is not None and arg.alias_info.is_write
+        for k, (old, got, want) in enumerate(zip(before, args_after[i], cpu_after[i])):
+            if not isinstance(old, torch.Tensor):
+                continue
+            if not written:
+                if storage_bytes(old) != storage_bytes(got):
+                    problems.append(f"the kernel modified input '{arg.name}[{k}]'")
+                continue
+            rule = tolerance_for(op, want.dtype, fast)
+            verdict = judge(got, rule, Reference(want))
+            if not verdict.ok:
+                problems.append(f"'{arg.name}[{k}]': {verdict.bad} element(s) out of tolerance "
+                                f"({rule.describe()}); {verdict.detail}")
+            if _holes_changed(got, want):
+                problems.append(f"the in-place kernel changed storage of '{arg.name}[{k}]' outside its view")
+    return problems
+
+
 def check_case(dev: Device, stream, entry: KernelEntry, case: dict, fast: bool = False) -> CaseResult:
     """Run one case; RejectCase when PyTorch itself refuses it, Declined when the plugin does."""
     plan = compile_plan(entry.op)
@@ -174,6 +205,7 @@ def check_case(dev: Device, stream, entry: KernelEntry, case: dict, fast: bool =
     for i, (before, after) in enumerate(zip(values, run.args_after)):
         if isinstance(before, torch.Tensor) and i not in mutated and storage_bytes(before) != storage_bytes(after):
             problems += _undeclared_write(plan, values, i, after, cpu_inputs[i])
+    problems += _list_problems(plan, values, run.args_after, cpu_inputs, entry.op, fast)
     worst = CaseResult(True)
     for j, (rule, got, ref) in enumerate(zip(rules, run.outputs, refs)):
         if rule is None:

@@ -21,6 +21,7 @@ from fl_runtime.ops.schema import compile_plan
 from . import opinfo_cases
 from .attention_specs import ATTENTION_GENERATORS
 from .nn_specs import NN_GENERATORS
+from .optim_specs import OPTIM_GENERATORS
 from . import strategies as s
 from .recipes import DTYPES, NAMES, special_values
 
@@ -265,6 +266,7 @@ OPSPECS: dict[str, OpSpec] = {
     "pow.Scalar": OpSpec(pow_scalar_base), "_index_put_impl_": OpSpec(index_put),
     **{op: OpSpec(generate, with_opinfo=True) for op, generate in NN_GENERATORS.items()},
     **{op: OpSpec(generate) for op, generate in ATTENTION_GENERATORS.items()},
+    **{op: OpSpec(generate) for op, generate in OPTIM_GENERATORS.items()},
 }
 
 

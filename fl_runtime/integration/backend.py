@@ -15,7 +15,7 @@ from fl_runtime.integration import (autocast, distributed, fork, ipc, lightning,
                                     storages, torch_compile)
 from fl_runtime.integration.device_module import make_device_module
 from fl_runtime.logs import logger
-from fl_runtime.ops import attention, copies, rnn
+from fl_runtime.ops import attention, copies, foreach, rnn
 from fl_runtime.ops import factories as tensors
 from fl_runtime.ops.fallback.cpu import make_boxed_fallback
 from fl_runtime.ops.rng import register_seeded_dropout
@@ -24,7 +24,7 @@ BACKEND_NAME = DEVICE_TYPE
 # Ops the runtime implements itself (they call vendor kernels for their device part).
 RUNTIME_OWNED = {"copy_", "empty.memory_format", "empty_strided", "_local_scalar_dense", "resize_",
                  "record_stream", "native_dropout", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell",
-                 *attention.RUNTIME_OWNED}
+                 *attention.RUNTIME_OWNED, *foreach.RUNTIME_OWNED}
 _FAST_VIEWS = ("view", "as_strided", "_reshape_alias", "unfold", "alias")
 _CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _libraries: list = []     # registrations live as long as these objects
@@ -81,6 +81,7 @@ def install(rt) -> None:
     register_seeded_dropout(aten, rt)
     rnn.register(aten)             # the fused LSTM/GRU cells PyTorch picks for non-CPU devices
     attention.register(aten, rt)   # a plugin's fused attention behind scaled_dot_product_attention
+    foreach.register(aten, rt)     # out-of-place foreach ops (optimizers) on a plugin's .out kernel
     for name in _FAST_VIEWS:
         aten.impl(name, _redispatch_view(name), "PrivateUse1")
     unknown = rt.launcher.register(aten, rt.op_names, skip=RUNTIME_OWNED | set(_FAST_VIEWS))

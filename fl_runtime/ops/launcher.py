@@ -176,7 +176,7 @@ class Launcher:
             raise
         if prof is None:
             accounting.record(plan.qualified_name, _NATIVE)
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        return _result(outputs)
 
     def _launch_timed(self, name: str, args: tuple, kwargs: dict, times: accounting.PhaseTimes):
         """launch() step for step, with the time of each phase added to `times`
@@ -238,7 +238,7 @@ class Launcher:
         accounting.record(plan.qualified_name, _NATIVE)
         t6 = clock()
         ns[5] += t6 - t5
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        return _result(outputs)
 
     @staticmethod
     def _timed_fallback(times: accounting.PhaseTimes, start: int, run, *call):
@@ -319,6 +319,15 @@ def _outlive_unwinding(exc: BaseException, args: tuple, kwargs: dict) -> None:
         except RuntimeError:    # still executing: an exception raised earlier and re-raised here
             pass
         tb = tb.tb_next
+
+
+def _result(outputs: list):
+    """What the PyTorch kernel returns: the output, a tuple of them, or None for an op
+    that returns nothing (`-> ()`: the in-place tensor-list ops such as _fused_adamw_
+    and _foreach_add_), which PyTorch requires to be None, not an empty tuple."""
+    if len(outputs) == 1:
+        return outputs[0]
+    return tuple(outputs) if outputs else None
 
 
 def _drop(outputs: list) -> None:

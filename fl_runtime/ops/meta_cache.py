@@ -74,6 +74,11 @@ class OutputSpecCache:
 
     def _run_meta(self, values: list) -> tuple[OutputSpec, ...]:
         plan = self.plan
+        if not plan.returns_alias:
+            # An op that returns nothing (`-> ()`: _fused_adamw_, _foreach_add_.Scalar) has no
+            # output to lay out, and some (_fused_sgd_) have no meta kernel to ask: the vendor
+            # kernel checks its own arguments.
+            return ()
         args, kwargs = [], {}
         for spec, value in zip(plan.args, values):
             meta = None if spec.tag == TAG_GENERATOR else _to_meta(value)

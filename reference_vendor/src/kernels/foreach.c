@@ -1,0 +1,148 @@
+/*
+ * foreach.c -- the in-place tensor-list ops torch.optim's foreach paths call
+ * (_foreach_mul_.Scalar, _foreach_lerp_.Scalar, _foreach_addcmul_.Scalar, ...):
+ * one launch updates entry k of `self` from entry k of the other lists, for
+ * every k.  _foreach_sqrt.out writes a separate output list; the runtime
+ * builds the out-of-place _foreach_sqrt on it (fl_runtime/ops/foreach.py).
+ *
+ * float32/float64, every list entry k of one dtype and shape; anything else
+ * (integer lists, broadcasting, mixed dtypes) is declined at launch and the
+ * runtime runs PyTorch's per-tensor loop instead.  Arithmetic in the tensor's
+ * precision, as ATen's per-tensor kernels compute it.
+ */
+#include <math.h>
+
+#include "fl_kernel.h"
+
+typedef enum {
+    FE_ADD_SCALAR, FE_MUL_SCALAR, FE_ADD_LIST, FE_LERP_SCALAR, FE_ADDCMUL_SCALAR,
+    FE_ADDCDIV_SCALAR, FE_SQRT_, FE_SQRT_OUT
+} fe_op;
+
+typedef struct fe_spec {
+    const char *name;
+    fe_op op;
+    uint32_t nlists;   /* tensor lists first: self, then the operands (or `out` last) */
+    int has_scalar;    /* a Scalar after the lists */
+} fe_spec;
+
+#define ELEM(T, t, i) (*(T *)flk_element((t), (t), (i)))
+
+#define FE_LOOP(T)                                                                           \
+    static void fe_loop_##T(fe_op op, const fl_tensor *x, const fl_tensor *a,                 \
+                            const fl_tensor *b, double scalar) {                              \
+        const T s = (T)scalar;                                                               \
+        const int64_t n = flk_numel(x);                                                      \
+        for (int64_t i = 0; i < n; ++i) {                                                    \
+            T v = ELEM(T, x, i);                                                             \
+            switch (op) {                                                                    \
+            case FE_ADD_SCALAR: v = v + s; break;                                            \
+            case FE_MUL_SCALAR: v = v * s; break;                                            \
+            case FE_ADD_LIST: v = v + s * ELEM(T, a, i); break;                              \
+            case FE_LERP_SCALAR: { /* ATen's lerp: exact at both ends */                      \
+                T end = ELEM(T, a, i);                                                       \
+                v = fabs(scalar) < 0.5 ? v + s * (end - v) : end - (end - v) * ((T)1 - s);   \
+                break;                                                                       \
+            }                                                                                \
+            case FE_ADDCMUL_SCALAR: v = v + s * ELEM(T, a, i) * ELEM(T, b, i); break;        \
+            case FE_ADDCDIV_SCALAR: v = v + s * (ELEM(T, a, i) / ELEM(T, b, i)); break;      \
+            case FE_SQRT_: v = (T)sqrt(v); break;                                            \
+            case FE_SQRT_OUT: ELEM(T, a, i) = (T)sqrt(v); continue;                          \
+            }                                                                                \
+            ELEM(T, x, i) = v;                                                               \
+        }                                                                                    \
+    }
+FE_LOOP(float)
+FE_LOOP(double)
+
+static fl_status fe_read(const fe_spec *spec, flk_args *a, const fl_arg *args, uint32_t nargs,
+                         flk_ctx *ctx, const fl_tensor *const *lists[3], uint32_t *n,
+                         double *scalar) {
+    FLK_TRY(flk_args_init(a, spec->name, args, nargs, spec->nlists + (uint32_t)spec->has_scalar,
+                          ctx));
+    for (uint32_t l = 0; l < spec->nlists; ++l) {
+        uint32_t count;
+        FLK_TRY(flk_get_tensor_list(a, l, l ? "tensors" : "self", 0, &lists[l], &count));
+        if (l == 0)
+            *n = count;
+        else if (count != *n)
+            return flk_fail(a, "tensor list %u has %u tensors, self %u", l, count, *n);
+    }
+    *scalar = 1;
+    if (spec->has_scalar) {
+        flk_scalar s;
+        FLK_TRY(flk_get_scalar(a, spec->nlists, "scalar", &s));
+        *scalar = s.f;
+    }
+    return FL_SUCCESS;
+}
+
+/* Launch-time check (metadata only, fl_kernel.h flk_kernel.accepts): what the loop
+ * cannot compute is declined before anything is enqueued. */
+static fl_status fe_accepts(const fe_spec *spec, const fl_arg *args, uint32_t nargs,
+                            flk_ctx *ctx) {
+    flk_args a;
+    const fl_tensor *const *lists[3] = {NULL, NULL, NULL};
+    uint32_t n;
+    double scalar;
+    FLK_TRY(fe_read(spec, &a, args, nargs, ctx, lists, &n, &scalar));
+    for (uint32_t k = 0; k < n; ++k) {
+        const fl_tensor *x = lists[0][k];
+        if (x->dtype != FL_FLOAT32 && x->dtype != FL_FLOAT64)
+            return flk_decline(&a, "self[%u] is %s; this kernel takes float32/float64", k,
+                               flk_dtype_name(x->dtype));
+        for (uint32_t l = 1; l < spec->nlists; ++l) {
+            const fl_tensor *t = lists[l][k];
+            if (t->dtype != x->dtype || !flk_same_sizes(t, x))
+                return flk_decline(&a, "list %u entry %u differs from self[%u] in dtype or shape "
+                                   "(no promotion or broadcasting here)", l, k, k);
+            if (flk_may_overlap(t, x) && !flk_same_view(t, x))
+                return flk_decline(&a, "list %u entry %u partly overlaps self[%u]", l, k, k);
+        }
+    }
+    return FL_SUCCESS;
+}
+
+static fl_status fe_run(const fe_spec *spec, const fl_arg *args, uint32_t nargs, flk_ctx *ctx) {
+    flk_args a;
+    const fl_tensor *const *lists[3] = {NULL, NULL, NULL};
+    uint32_t n;
+    double scalar;
+    FLK_TRY(fe_read(spec, &a, args, nargs, ctx, lists, &n, &scalar));
+    for (uint32_t k = 0; k < n; ++k) {  /* re-checked: a kernel never trusts its caller */
+        const fl_tensor *x = lists[0][k];
+        if (x->dtype != FL_FLOAT32 && x->dtype != FL_FLOAT64)
+            return flk_fail(&a, "self[%u] is %s; this kernel takes float32/float64", k,
+                            flk_dtype_name(x->dtype));
+        for (uint32_t l = 1; l < spec->nlists; ++l)
+            if (lists[l][k]->dtype != x->dtype || !flk_same_sizes(lists[l][k], x))
+                return flk_fail(&a, "list %u entry %u differs from self[%u] in dtype or shape", l,
+                                k, k);
+    }
+    for (uint32_t k = 0; k < n; ++k) {
+        const fl_tensor *x = lists[0][k];
+        const fl_tensor *p = spec->nlists > 1 ? lists[1][k] : NULL;
+        const fl_tensor *q = spec->nlists > 2 ? lists[2][k] : NULL;
+        if (x->dtype == FL_FLOAT32)
+            fe_loop_float(spec->op, x, p, q, scalar);
+        else
+            fe_loop_double(spec->op, x, p, q, scalar);
+    }
+    return FL_SUCCESS;
+}
+
+/* one registration per op: its spec, kernel and launch-time check */
+#define FE_OP(ID, NAME, OP, NLISTS, HAS_SCALAR)                                               \
+    static const fe_spec fe_spec_##ID = {NAME, OP, NLISTS, HAS_SCALAR};                       \
+    FLK_KERNEL_FN(k_##ID) { return fe_run(&fe_spec_##ID, args, nargs, ctx); }                 \
+    FLK_KERNEL_FN(accepts_##ID) { return fe_accepts(&fe_spec_##ID, args, nargs, ctx); }       \
+    FLK_REGISTER_ENTRY(NAME, FLK_F32_F64, FL_VARIANT_PRECISE, k_##ID, accepts_##ID)
+
+FE_OP(add_scalar, "_foreach_add_.Scalar", FE_ADD_SCALAR, 1, 1);
+FE_OP(mul_scalar, "_foreach_mul_.Scalar", FE_MUL_SCALAR, 1, 1);
+FE_OP(add_list, "_foreach_add_.List", FE_ADD_LIST, 2, 1);            /* (self, other, *, alpha) */
+FE_OP(lerp_scalar, "_foreach_lerp_.Scalar", FE_LERP_SCALAR, 2, 1);
+FE_OP(addcmul_scalar, "_foreach_addcmul_.Scalar", FE_ADDCMUL_SCALAR, 3, 1);
+FE_OP(addcdiv_scalar, "_foreach_addcdiv_.Scalar", FE_ADDCDIV_SCALAR, 3, 1);
+FE_OP(sqrt_, "_foreach_sqrt_", FE_SQRT_, 1, 0);
+FE_OP(sqrt_out, "_foreach_sqrt.out", FE_SQRT_OUT, 2, 0);             /* (self, *, out) */
