@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from test_conformance_reference import ROOT, failures, fl_sdk_test
+from test_conformance_reference import ROOT, failures, read_reports, run_fl_sdk_test
 
 SOURCE = Path(os.environ.get("FL_REFERENCE_SOURCE", ROOT / "reference_vendor"))
 
@@ -174,12 +174,12 @@ def _selected(session: pytest.Session) -> list[Mutant]:
 
 
 def build_and_test(mutant: Mutant, directory: Path) -> tuple:
-    """Build the mutant and run the suite on it: (completed process, JSON report)."""
+    """Build the mutant and run the suite on it: (completed process, run folder); the test
+    reads and validates the reports."""
     library = build_mutant(mutant, directory / "plugin")
     run = directory / "run"
     run.mkdir()
-    result, report, _ = fl_sdk_test(str(library), run, "-k", mutant.keyword, *mutant.options)
-    return result, report
+    return run_fl_sdk_test(str(library), run, "-k", mutant.keyword, *mutant.options), run
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +195,8 @@ def runs(request, tmp_path_factory) -> dict[str, Future]:
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
 def test_suite_fails_the_mutant_and_blames_it(mutant, runs):
-    result, report = runs[mutant.name].result()
+    result, run = runs[mutant.name].result()
+    report, _ = read_reports(run)
     assert result.returncode != 0, f"the suite passed the {mutant.name} mutant:\n{result.stdout[-4000:]}"
     failed = failures(report)
     assert failed, result.stdout[-4000:]

@@ -30,15 +30,27 @@ JUNIT_XSD = ROOT / "tests" / "fixtures" / "junit.xsd"
 def fl_sdk_test(plugin: str, tmp_path: Path, *options: str, timeout: float = 600):
     """Run `python -m fl_sdk test`; returns (completed process, JSON report or None, JUnit path).
     Every report it leaves is validated the way CI tools read it."""
+    result = run_fl_sdk_test(plugin, tmp_path, *options, timeout=timeout)
+    return (result, *read_reports(tmp_path))
+
+
+def run_fl_sdk_test(plugin: str, tmp_path: Path, *options: str, timeout: float = 600):
+    """Only the run (safe in a worker thread): the reports are left in `tmp_path`."""
     report, junit, page = tmp_path / "report.json", tmp_path / "junit.xml", tmp_path / "report.html"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-m", "fl_sdk", "test", plugin, "--json", str(report),
-                             "--junit", str(junit), "--html", str(page), *options], capture_output=True,
-                            text=True, timeout=timeout, cwd=tmp_path, env=env)
+    return subprocess.run([sys.executable, "-m", "fl_sdk", "test", plugin, "--json", str(report),
+                           "--junit", str(junit), "--html", str(page), *options], capture_output=True,
+                          text=True, timeout=timeout, cwd=tmp_path, env=env)
+
+
+def read_reports(tmp_path: Path) -> tuple:
+    """(JSON report or None, JUnit path) of a run in `tmp_path`, validated (schema libraries
+    build their schemas lazily: call this from the test's thread)."""
+    report, junit, page = tmp_path / "report.json", tmp_path / "junit.xml", tmp_path / "report.html"
     document = json.loads(report.read_text()) if report.exists() else None
     if document is not None:
         validate_reports(document, junit, page)
-    return result, document, junit
+    return document, junit
 
 
 def validate_reports(document: dict, junit: Path, page: Path) -> None:
