@@ -157,7 +157,9 @@ MUTANTS = [
 
 
 def build_mutant(mutant: Mutant, directory: Path) -> Path:
-    shutil.copytree(SOURCE, directory, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    # Build outputs stay behind: the library, its metadata, and the hidden temporary files a
+    # concurrent `fl-sdk build` of the source tree writes and renames (make test's second venv).
+    shutil.copytree(SOURCE, directory, ignore=shutil.ignore_patterns("*.so", "*.meta.json", ".*", "__pycache__"))
     source = directory / mutant.file
     text = source.read_text()
     assert text.count(mutant.line) == 1, f"{mutant.file} no longer has the line {mutant.name} changes"
