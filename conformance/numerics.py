@@ -159,12 +159,14 @@ def _undeclared_write(plan: OpPlan, values: list, index: int, after: torch.Tenso
 
 
 def _list_problems(plan: OpPlan, values: list, args_after: list, cpu_after: list, op: str,
-                   fast: bool) -> list[str]:
+                   fast: bool) -> tuple[list[str], list[tuple]]:
     """Tensor lists: those the schema lets the op write (`Tensor(a!)[]`: _foreach_mul_'s self,
     _fused_adamw_'s params and moments) judged entry by entry against PyTorch CPU's, as an
     output would be -- those ops return nothing, so this is all there is to check -- and
-    any other list must come back unchanged."""
+    any other list must come back unchanged.  Returns the problems and each judged entry's
+    (verdict, rule), which count towards the case's worst error like outputs do."""
     problems: list[str] = []
+    judged: list[tuple] = []
     for i, (arg, before) in enumerate(zip(plan.op._schema.arguments, values)):
         if not (isinstance(before, list) and any(isinstance(t, torch.Tensor) for t in before)):
             continue
@@ -178,12 +180,13 @@ def _list_problems(plan: OpPlan, values: list, args_after: list, cpu_after: list
                 continue
             rule = tolerance_for(op, want.dtype, fast)
             verdict = judge(got, rule, Reference(want))
+            judged.append((verdict, rule))
             if not verdict.ok:
                 problems.append(f"'{arg.name}[{k}]': {verdict.bad} element(s) out of tolerance "
                                 f"({rule.describe()}); {verdict.detail}")
             if _holes_changed(got, want):
                 problems.append(f"the in-place kernel changed storage of '{arg.name}[{k}]' outside its view")
-    return problems
+    return problems, judged
 
 
 def check_case(dev: Device, stream, entry: KernelEntry, case: dict, fast: bool = False) -> CaseResult:
@@ -205,8 +208,12 @@ def check_case(dev: Device, stream, entry: KernelEntry, case: dict, fast: bool =
     for i, (before, after) in enumerate(zip(values, run.args_after)):
         if isinstance(before, torch.Tensor) and i not in mutated and storage_bytes(before) != storage_bytes(after):
             problems += _undeclared_write(plan, values, i, after, cpu_inputs[i])
-    problems += _list_problems(plan, values, run.args_after, cpu_inputs, entry.op, fast)
+    list_problems, judged = _list_problems(plan, values, run.args_after, cpu_inputs, entry.op, fast)
+    problems += list_problems
     worst = CaseResult(True)
+    for verdict, rule in judged:
+        if verdict.ratio >= worst.ratio:
+            worst = CaseResult(worst.ok, verdict.max_error, verdict.ratio, rule.describe(), worst.message)
     for j, (rule, got, ref) in enumerate(zip(rules, run.outputs, refs)):
         if rule is None:
             continue
