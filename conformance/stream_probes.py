@@ -30,6 +30,12 @@ class OrderingError(AssertionError):
     """A stream ran work out of the order the ABI guarantees."""
 
 
+class WorkRunsAtEnqueue(Exception):
+    """The plugin's stream ran the busy work inside the enqueue calls (a valid plugin: the
+    vendor template's streams do until the chip's queue is wired), so no work is ever
+    pending and a property about pending work cannot be observed."""
+
+
 @dataclass
 class Busy:
     """Busy work for one stream: `copies` d2d copies of CHUNK bytes within one scratch allocation."""
@@ -249,14 +255,18 @@ def query_is_not_ready_behind_busy_work(dev: Device, busy: Busy, a, b, target: i
     """An event recorded behind busy work is FL_NOT_READY at once, FL_SUCCESS after
     event_synchronize, and by then the work before the record has run.  A query that
     comes back ready only after the host slept through most of the busy period (a
-    preempted test process) proves nothing and is tried again."""
+    preempted test process) proves nothing and is tried again.  When the enqueue calls
+    themselves took the busy period every time, the stream runs work at enqueue time:
+    WorkRunsAtEnqueue."""
     events = Events(dev)
+    ran_at_enqueue = 0
     try:
         for attempt in range(tries):
             dev.memset(a, target, 0, OLD, PROBE_BYTES)
             dev.synchronize(a)
             started = time.perf_counter()
             busy.enqueue(a)
+            enqueue_ms = (time.perf_counter() - started) * 1e3
             dev.memset(a, target, 0, NEW, PROBE_BYTES)
             event = events.record(a)
             status = _query(dev, event)
@@ -270,11 +280,15 @@ def query_is_not_ready_behind_busy_work(dev: Device, busy: Busy, a, b, target: i
                                     f"visible (read {_describe(seen)})")
             if status == STATUS["FL_NOT_READY"]:
                 return
+            ran_at_enqueue += enqueue_ms >= busy.host_ms / 2
             if waited_ms < busy.host_ms / 2:
                 raise OrderingError(
                     f"event_query returned FL_SUCCESS {waited_ms:.1f} ms after the event was recorded behind "
                     f"{busy.host_ms:.0f} ms of copies: an event is complete only when the stream reached it")
             dev.synchronize(a)
+        if ran_at_enqueue == tries:
+            raise WorkRunsAtEnqueue(f"the stream ran {busy.host_ms:.0f} ms of copies inside the enqueue calls "
+                                    f"({tries} of {tries} tries): no work is pending when the event is recorded")
         raise OrderingError(f"event_query never returned FL_NOT_READY in {tries} tries (the host may be "
                             "too loaded to tell)")
     finally:

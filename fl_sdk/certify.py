@@ -184,7 +184,7 @@ def coverage(tests: list[Mapping[str, Any]]) -> dict[str, Any]:
     robustness tests also name ops, but a launch that does not crash is not coverage."""
     passed: dict[str, set[str]] = defaultdict(set)
     untested: set[str] = set()
-    collectives: set[str] = set()       # ABI 1.1: the `collectives` tests that passed, e.g. all_reduce-2
+    collectives: set[str] = set()       # ABI 1.1: the `collectives` tests that passed, e.g. all_reduce-2ranks
     for test in tests:
         if test.get("category") == "collectives" and test.get("status") == "pass":
             collectives.add(test.get("test", "").removeprefix("test_").removeprefix("collective[").rstrip("]"))

@@ -29,20 +29,20 @@ def test_a_wrong_all_reduce_fails_its_families_and_nothing_else(tmp_path):
     report = tmp_path / "report.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FL_BAD_INNER": str(REFERENCE_LIB)}
     result = subprocess.run([sys.executable, "-m", "fl_sdk", "test", str(lib), "--profile", "ci", "--json",
-                             str(report), "-k", "test_collective and 2 or error_statuses"],
+                             str(report), "-k", "test_collective and 2ranks or error_statuses"],
                             capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     tests = json.loads(report.read_text())["tests"]
     verdicts = {t["test"]: t["status"] for t in tests}
     assert verdicts == {
-        "test_collective[all_reduce-2]": "fail", "test_collective[stream_order-2]": "fail",
-        "test_collective[broadcast-2]": "pass", "test_collective[all_gather-2]": "pass",
-        "test_collective[reduce_scatter-2]": "pass", "test_collective[all_to_all-2]": "pass",
-        "test_collective[send_recv-2]": "pass", "test_error_statuses": "pass"}, verdicts
-    failed = next(t for t in tests if t["test"] == "test_collective[all_reduce-2]")
+        "test_collective[all_reduce-2ranks]": "fail", "test_collective[stream_order-2ranks]": "fail",
+        "test_collective[broadcast-2ranks]": "pass", "test_collective[all_gather-2ranks]": "pass",
+        "test_collective[reduce_scatter-2ranks]": "pass", "test_collective[all_to_all-2ranks]": "pass",
+        "test_collective[send_recv-2ranks]": "pass", "test_error_statuses": "pass"}, verdicts
+    failed = next(t for t in tests if t["test"] == "test_collective[all_reduce-2ranks]")
     assert "all_reduce sum" in failed["message"] and failed["category"] == "collectives"
-    assert coverage(tests)["collectives"] == ["all_gather-2", "all_to_all-2", "broadcast-2", "error_statuses",
-                                              "reduce_scatter-2", "send_recv-2"]
+    assert coverage(tests)["collectives"] == ["all_gather-2ranks", "all_to_all-2ranks", "broadcast-2ranks",
+                                              "error_statuses", "reduce_scatter-2ranks", "send_recv-2ranks"]
 
 
 def test_coverage_without_a_collectives_category_is_unchanged():

@@ -30,7 +30,9 @@ def collectives(conformance):
     return ext
 
 
-@pytest.mark.parametrize("size", SIZES)
+# Ids say "ranks": pytest's -k also matches directory names, and a bare "2" matches a
+# checkout in /tmp/ci2.
+@pytest.mark.parametrize("size", SIZES, ids=[f"{n}ranks" for n in SIZES])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_collective(conformance, collectives, family: str, size: int):
     if size > collectives.max_ranks:
