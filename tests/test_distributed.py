@@ -278,7 +278,8 @@ torch.fl.set_device(local)
 dist.init_process_group()                      # no backend: the accelerator's, fl
 t = torch.ones(3, device="fl") * (rank + 1)
 dist.all_reduce(t)
-print("TORCHRUN", rank, t.device, t.cpu().tolist())
+# One write() of one short line: the ranks share torchrun's stdout, and print's pieces can interleave.
+os.write(1, f"TORCHRUN {rank} {t.device} {t.cpu().tolist()}\n".encode())
 dist.destroy_process_group()
 """
 

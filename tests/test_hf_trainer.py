@@ -51,9 +51,11 @@ trainer = Trainer(model=model, args=args, train_dataset=data)
 trainer.train()
 weights = torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
 torch.save(weights, os.path.join(os.environ["OUT_DIR"], f"weights{args.process_index}.pt"))
-print("RESULT", json.dumps({"rank": args.process_index, "world": args.world_size, "parallel": str(args.parallel_mode),
-                            "device": str(next(model.parameters()).device), "args_device": str(args.device),
-                            "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h]}))
+# One file per rank: the ranks share torchrun's stdout, where their lines can interleave mid-line.
+with open(os.path.join(os.environ["OUT_DIR"], f"result{args.process_index}.json"), "w") as f:
+    json.dump({"rank": args.process_index, "world": args.world_size, "parallel": str(args.parallel_mode),
+               "device": str(next(model.parameters()).device), "args_device": str(args.device),
+               "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h]}, f)
 '''
 
 
@@ -69,9 +71,9 @@ def _run(tmp_path, name: str, device: str, ranks: int) -> tuple[list[dict], list
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAIN_DEVICE": device, "OUT_DIR": str(out)}
     proc = subprocess.run(command, check=False, capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert proc.returncode == 0, f"{name}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    results = sorted((json.loads(line[len("RESULT"):]) for line in proc.stdout.splitlines()
-                      if line.startswith("RESULT")), key=lambda r: r["rank"])
-    assert len(results) == ranks, proc.stdout[-3000:]
+    written = sorted(out.glob("result*.json"))
+    assert len(written) == ranks, f"{name}: {len(written)} of {ranks} ranks wrote a result\n{proc.stdout[-3000:]}"
+    results = sorted((json.loads(path.read_text()) for path in written), key=lambda r: r["rank"])
     return results, [torch.load(out / f"weights{r}.pt") for r in range(ranks)]
 
 
