@@ -155,6 +155,27 @@ def test_in_place_and_out_arguments(fl):
     torch.testing.assert_close(small.cpu(), (a * 2).sum(1), **FP32)
 
 
+def test_tensor_lists(fl):
+    """cat and index (Tensor[] and Tensor?[]): each entry's layout and device are in the key;
+    a CPU index tensor is copied to the device by the full path, never by a program."""
+    a = torch.randn(4, 3, generator=_gen(13))
+    b = torch.randn(2, 3, generator=_gen(14))
+    fa, fb = a.to("fl:0"), b.to("fl:0")
+    _warm(lambda: torch.cat([fa, fb]))
+    assert _programs(fl, "cat")
+    torch.testing.assert_close(torch.cat([fa, fb]).cpu(), torch.cat([a, b]), rtol=0, atol=0)
+    torch.testing.assert_close(torch.cat([fb, fa]).cpu(), torch.cat([b, a]), rtol=0, atol=0)
+    torch.testing.assert_close(torch.cat([fa, fa.flip(0)[:2]]).cpu(), torch.cat([a, a.flip(0)[:2]]), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="device"):
+        torch.cat([fa, b])                      # the same shapes with a CPU entry: still refused
+    idx = torch.tensor([2, 0, 3])
+    fidx = idx.to("fl:0")
+    _warm(lambda: fa[fidx])
+    torch.testing.assert_close(fa[idx].cpu(), a[idx], rtol=0, atol=0)     # CPU index: copied, not replayed
+    torch.testing.assert_close(fa[fidx].cpu(), a[idx], rtol=0, atol=0)
+    torch.testing.assert_close(fa[idx.flip(0)].cpu(), a[idx.flip(0)], rtol=0, atol=0)
+
+
 def test_a_hidden_kernel_turns_the_program_away(fl):
     """Tests (and the coverage tool) hide a kernel to force the fallbacks: a program
     recorded before must not keep launching it."""

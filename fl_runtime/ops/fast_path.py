@@ -17,6 +17,9 @@ full path would do for the same key, so it can never give other values):
 - per Python value: its type and value, except float scalars, which the template
   patches per call (as meta_cache leaves them out of its key); bool and int stay
   apart (True == 1 as a dict key);
+- every part at least as fine as the meta cache's key (meta_cache._key_of), so the
+  signature entry (output layouts, marshal template) a program holds is the one the
+  full path would find;
 - the names of the keyword arguments passed.
 Conjugate/negative bits are not in the key, as they are not in the meta cache's:
 PyTorch resolves them before a PrivateUse1 kernel for real dtypes, and complex
@@ -51,7 +54,9 @@ def value_key(value):
         return float
     if cls is list or cls is tuple:
         # floats in lists stay in (they are baked into the template, as upsampling scales)
-        return (cls, *(v if type(v) is float else value_key(v) for v in value))
+        return (cls, *(v if isinstance(v, float) else value_key(v) for v in value))
+    if cls is not bool and isinstance(value, float):     # a float subclass (numpy.float64): patched too
+        return float
     return (cls, value)       # int, bool, None, str, dtype, memory format, complex...
 
 
@@ -95,10 +100,14 @@ class Program:
 
 
 def eligible(plan: OpPlan) -> bool:
-    """Whether an op's calls can get programs: not ops with tensor lists (their
-    CPU entries are copied per call), random ops (a Generator argument and the
-    random state it consumes), or ops without a tensor argument to give the device."""
-    return bool(plan.tensor_arg_indices) and not plan.list_tensor_arg_indices and not plan.has_generator
+    """Whether an op's calls can get programs: not random ops (a Generator argument and
+    the random state it consumes), nor ops without a tensor argument to give the device."""
+    return bool(plan.tensor_arg_indices or plan.list_tensor_arg_indices) and not plan.has_generator
+
+
+def _plain(t: torch.Tensor) -> bool:
+    """A tensor a program may replay: no complex dtype, no conjugate or negative bit."""
+    return t.dtype not in _COMPLEX and not t.is_conj() and not t.is_neg()
 
 
 def build(plan: OpPlan, choice, device, allocator, args: tuple, kwargs: dict, values: list, specs, entry,
@@ -108,11 +117,21 @@ def build(plan: OpPlan, choice, device, allocator, args: tuple, kwargs: dict, va
     if kwargs and any(name not in {s.name for s in plan.args} for name in kwargs):
         return None
     on_device = False
-    for value in values:
+    for i in plan.tensor_arg_indices:
+        value = values[i]
         if isinstance(value, _Tensor):
-            if value.dtype in _COMPLEX or value.is_conj() or value.is_neg():
+            if not _plain(value):
                 return None
             on_device = on_device or value.get_device() >= 0
+    for i in plan.list_tensor_arg_indices:
+        # Every entry on this device (the full path copied CPU index tensors to it, and a
+        # program does not): the key holds each entry's device, so later calls match.
+        for value in values[i] or ():
+            if value is None:
+                continue
+            if not isinstance(value, _Tensor) or value.get_device() != device.index or not _plain(value):
+                return None
+            on_device = True
     if not on_device:
         return None
     made = []

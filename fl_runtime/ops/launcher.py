@@ -45,10 +45,12 @@ def resize_output(out: torch.Tensor, shape: tuple) -> None:
     out.resize_(shape)
 
 
-def _lists_to_device(plan: OpPlan, values: list, device_index: int) -> None:
+def _lists_to_device(plan: OpPlan, values: list, device_index: int) -> bool:
     """CPU tensors in list arguments would reach the vendor as host addresses. As on CUDA,
     index lists (Tensor?[], e.g. x[cpu_index]) are copied to the device; any other tensor
-    list (cat, stack) with a CPU tensor is the same-device error."""
+    list (cat, stack) with a CPU tensor is the same-device error.  Returns whether it
+    copied any (such a call gets no program: fast_path.py)."""
+    moved = False
     for i in plan.list_tensor_arg_indices:
         items = values[i]
         if not items or not any(isinstance(t, torch.Tensor) and t.is_cpu for t in items):
@@ -57,6 +59,8 @@ def _lists_to_device(plan: OpPlan, values: list, device_index: int) -> None:
             raise mixed_devices_error(plan.qualified_name, device_index)
         values[i] = [t.to(f"fl:{device_index}") if isinstance(t, torch.Tensor) and t.is_cpu else t
                      for t in items]
+        moved = True
+    return moved
 
 
 def _declined_reason(device: DeviceInfo) -> str:
@@ -217,9 +221,20 @@ class Launcher:
         return outputs
 
     def launch(self, name: str, args: tuple, kwargs: dict):
-        """Run op `name` (a kernel-table name) on the vendor, or through the fallback chain."""
+        """Run op `name` (a kernel-table name) on the vendor, or through the fallback chain
+        (the runtime-owned ops' device part: copy_, fused attention, foreach)."""
         plan, spec_cache = self._plan(name)
-        return self._launch_planned(name, plan, spec_cache, args, kwargs)
+        if accounting.HOOKED or not fast_path.eligible(plan):
+            return self._launch_planned(name, plan, spec_cache, args, kwargs)
+        programs = self._programs.setdefault(name, {})
+        try:
+            key = fast_path.call_key(args, kwargs)
+            program = programs.get(key)
+        except TypeError:              # an unhashable argument: no program
+            return self._launch_planned(name, plan, spec_cache, args, kwargs)
+        if program is not None:
+            return self._run_program(name, plan, spec_cache, program, args, kwargs)
+        return self._launch_planned(name, plan, spec_cache, args, kwargs, programs, key)
 
     def _launch_planned(self, name: str, plan: OpPlan, spec_cache: OutputSpecCache, args: tuple, kwargs: dict,
                         programs: dict | None = None, key=None):
@@ -239,8 +254,8 @@ class Launcher:
         main = values[plan.tensor_arg_indices[0]] if plan.tensor_arg_indices else None
         if choice is None or (isinstance(main, torch.Tensor) and not (choice.dtypes >> _FL_DTYPE[main.dtype]) & 1):
             return self.chain.run(plan.op, args, kwargs, device.index)
-        if plan.list_tensor_arg_indices:
-            _lists_to_device(plan, values, device.index)
+        if plan.list_tensor_arg_indices and _lists_to_device(plan, values, device.index):
+            programs = None        # the copies are this call's: a program would not make them
         try:
             entry = spec_cache.lookup(values)
         except (NotImplementedError, RuntimeError) as exc:
