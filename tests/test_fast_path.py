@@ -147,6 +147,10 @@ def test_in_place_and_out_arguments(fl):
         assert result is out
     torch.testing.assert_close(out.cpu(), a.sum(1), **FP32)
     assert _programs(fl, "sum.IntList_out")
+    for _ in range(3):
+        fresh = torch.empty(0, device="fl:0")   # resized by every call (logsumexp's pattern): no program
+        torch.sum(fa, 1, out=fresh)
+        torch.testing.assert_close(fresh.cpu(), a.sum(1), **FP32)
     small = torch.empty(2, device="fl:0")
     with pytest.warns(UserWarning, match="resized"):
         torch.sum(fa, 1, out=small)

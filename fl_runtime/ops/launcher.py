@@ -262,6 +262,8 @@ class Launcher:
             return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, f"its meta kernel failed ({exc})")
         rt = self.rt
         stream = rt.streams.current(device.index)
+        if programs is not None and _resizes_an_out(plan, values, entry.specs):
+            programs = None        # the key holds the out= tensor's shape before this resize
         outputs = self._outputs(plan, values, entry.specs, device, stream)
         try:
             try:
@@ -299,7 +301,9 @@ class Launcher:
         """launch() step for step, with the time of each phase added to `times`
         (accounting.PHASE_NAMES; benchmarks/host_cost.py).  Keep it in step with launch():
         tests/test_host_cost_phases.py checks both give the same values.  It does not report
-        to a profile (tools.profiler): phase timing and a profile are not meant to overlap."""
+        to a profile (tools.profiler): phase timing and a profile are not meant to overlap.
+        While phases are timed every call takes this full path, never a recorded program
+        (fast_path.py): the phases describe a signature's first call."""
         clock = times.clock
         ns = times.ns
         t0 = clock()
@@ -419,6 +423,13 @@ class Launcher:
             _drop(outputs)
             raise
         return outputs
+
+
+def _resizes_an_out(plan: OpPlan, values: list, specs) -> bool:
+    """Whether _outputs will resize an out= argument for this call (a call a program must
+    not replay: it would pass the unresized tensor)."""
+    return any(is_out and spec is not None and values[alias].shape != spec[0]
+               for alias, spec, is_out in zip(plan.returns_alias, specs, plan.out_returns))
 
 
 def _outlive_unwinding(exc: BaseException, args: tuple, kwargs: dict) -> None:
