@@ -13,7 +13,10 @@ of bench.py) it measures, alternating rounds and keeping each one's best:
   round split into the launcher's phases (fl_runtime.ops.accounting.PHASE_NAMES:
   normalize, layout = meta/output layout, allocate, marshal, order, launch,
   fallback) plus "outside the launcher" (PyTorch's dispatcher and autograd,
-  views, copies, factories, the model's own Python);
+  views, copies, factories, the model's own Python).  The timed round runs the
+  launcher's full path on every call; untimed, a repeated call signature runs
+  its recorded program (fl_runtime/ops/fast_path.py), so the phases say where a
+  signature's first call goes, and the untimed column what a steady loop costs;
 - fl on the reference vendor: the end-to-end figure the targets name.
 
 Per-op figures divide a step's time by the aten ops one step dispatches on the
@@ -339,7 +342,7 @@ def main() -> None:
     for r in rows:
         print(f"{r['mix']:28s} {r['aten_ops_per_iter']:6d} {r['native_us_per_op']:7.2f} {r['null_us_per_op']:7.2f} "
               f"{r['null_over_native']:6.2f}")
-    print(f"\nnull plugin, timed path, thread-CPU us per aten op: {'  '.join(p for p in parts)}")
+    print(f"\nnull plugin, timed full path (no programs), thread-CPU us per aten op: {'  '.join(p for p in parts)}")
     for r in rows:
         print(f"{r['mix']:28s} " + " ".join(f"{r['phases_us_per_op'][p]:6.2f}" for p in parts)
               + f"   launcher calls/iter {r['launcher_calls_per_iter']}")

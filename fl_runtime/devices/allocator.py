@@ -40,7 +40,7 @@ def round_size(nbytes: int) -> int:
     return max(step, (nbytes + step - 1) // step * step)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Block:
     """One vendor allocation."""
     ptr: int
@@ -82,20 +82,25 @@ class CachingAllocator:
 
     # -- the hot path ---------------------------------------------------------
     def allocate(self, nbytes: int, stream) -> Block:
-        size = round_size(nbytes)
+        return self.allocate_rounded(round_size(nbytes), stream)
+
+    def allocate_rounded(self, size: int, stream) -> Block:
+        """allocate() for a size round_size() already gave (the per-signature programs
+        round once, ops/fast_path.py)."""
         with self._lock:
             if self._freed:
                 self._drain_freed()
             bucket = self._pool.get((stream.key, size))
+            stats = self.stats
             if bucket:
                 block = bucket.pop()
-                self.stats.cache_hits += 1
+                stats.cache_hits += 1
             else:
                 block = self._vendor_malloc(size, stream)
             self.live[block.ptr] = block
-            stats = self.stats
-            stats.allocated += size
-            stats.peak_allocated = max(stats.peak_allocated, stats.allocated)
+            allocated = stats.allocated = stats.allocated + size
+            if allocated > stats.peak_allocated:
+                stats.peak_allocated = allocated
         return block
 
     def release(self, block: Block) -> None:
@@ -131,14 +136,21 @@ class CachingAllocator:
     # -- the slow paths (called with the lock held) ----------------------------
     def _drain_freed(self) -> None:
         freed = self._freed
+        live = self.live
+        stats = self.stats
         while freed:     # popleft is atomic: a deleter appending meanwhile loses nothing
             block = freed.popleft()
-            self.live.pop(block.ptr, None)
-            self.stats.allocated -= block.size
+            live.pop(block.ptr, None)
+            stats.allocated -= block.size
             if block.used_by:
                 self._waiting.append((block, [self._record_on(s) for s in block.used_by]))
             else:
-                self._to_pool(block)
+                block.writer = None
+                bucket = self._pool.get((block.stream.key, block.size))
+                if bucket is None:
+                    self._to_pool(block)
+                else:
+                    bucket.append(block)
         if self._waiting:
             self._collect_waiting()
 

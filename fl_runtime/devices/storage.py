@@ -60,9 +60,12 @@ _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 # preallocated slots: filling cffi structs field by field cost ~3 us per tensor.
 _MANAGED = struct.Struct("=QiiiBBHQQQQQ")
 _MAX_SLOT_DIMS = 8
+_MANAGED_SIZE = _MANAGED.size
 _SLOT_SIZE = _MANAGED.size + 16 * _MAX_SLOT_DIMS
 _SLOTS_PER_SLAB = 1024
 _DIMS = [struct.Struct(f"={2 * n}q") for n in range(_MAX_SLOT_DIMS + 1)]
+# The DLManagedTensor and its dims in one pack (one call per tensor on the hot path).
+_SLOT_LAYOUTS = [struct.Struct(_MANAGED.format + f"{2 * n}q") for n in range(_MAX_SLOT_DIMS + 1)]
 assert _MANAGED.size == _dl.sizeof("DLManagedTensor")
 
 
@@ -116,6 +119,7 @@ class _SlotPool:
 
 
 _slots = _SlotPool()
+_free_slots = _slots._free
 # DLManagedTensor address -> (slot or None for a malloc'd slot-less one, release callable, block)
 _live: dict[int, tuple] = {}
 _hidden_error: BaseException | None = None
@@ -128,12 +132,31 @@ _error_probe.restype = ctypes.c_int
 _error_probe.argtypes = []
 
 
-@_dl.callback("void(DLManagedTensor *)")
-def _deleter(managed) -> None:
-    hidden = _take_pending_error()
+# Declared as taking a uintptr_t where DLPack's deleter takes a DLManagedTensor *: every ABI
+# PyTorch runs on (x86-64 SysV and Windows, AArch64, POWER) passes a pointer and a pointer-sized
+# integer the same way, and cffi then hands the callback a Python int without a cast per call.
+assert _dl.sizeof("uintptr_t") == _dl.sizeof("void *")
+
+
+@_dl.callback("void(uintptr_t)")
+def _deleter(address: int) -> None:
+    # _take_pending_error and _release, inlined: this runs once per fl tensor freed.
+    hidden = None
+    try:
+        _error_probe()
+    except BaseException as exc:   # noqa: BLE001 - whatever the interpreter was raising
+        hidden = exc
     if hidden is not None:
         _report_hidden_error(hidden)
-    _release(int(_dl.cast("uintptr_t", managed)))
+    entry = _live.pop(address, None)
+    if entry is not None:
+        slot, release, block = entry
+        if slot is not None:
+            _free_slots.append(slot)
+        else:
+            _libc.free(_dl.cast("void *", address))
+        if block is not None:
+            release(block)
 
 
 def _take_pending_error() -> BaseException | None:
@@ -188,7 +211,7 @@ def _release(address: int) -> None:
     if entry is not None:
         slot, release, block = entry
         if slot is not None:
-            _slots.give_back(slot)
+            _free_slots.append(slot)      # _SlotPool.give_back, without its frame
         else:
             _libc.free(_dl.cast("void *", address))
         if block is not None:
@@ -238,18 +261,22 @@ def wrap_block(block, release, device_index: int, shape, stride, dtype: torch.dt
     code, bits = DL_DTYPES[dtype]
     data = block.ptr if block is not None else 0
     if ndim <= _MAX_SLOT_DIMS:
-        slot = _slots.take()
+        try:
+            slot = _free_slots.pop()     # _SlotPool.take, without its frame
+        except IndexError:
+            slot = _slots.take()
         mem, offset, address = slot
-        dims = address + _MANAGED.size
-        _DIMS[ndim].pack_into(mem, offset + _MANAGED.size, *shape, *stride)
-        keep = slot
+        dims = address + _MANAGED_SIZE
+        _SLOT_LAYOUTS[ndim].pack_into(mem, offset, data, _KDL_EXT_DEV, device_index, ndim, code, bits, 1,
+                                      dims, dims + 8 * ndim, 0, 0, _DELETER_ADDRESS, *shape, *stride)
+        _live[address] = (slot, release, block)
     else:     # rare: a slot-less DLManagedTensor in its own C allocation, freed by _release
         address, mem = _c_memory(_MANAGED.size + 16 * ndim)
-        offset, dims, keep = 0, address + _MANAGED.size, None
+        dims = address + _MANAGED.size
         struct.pack_into(f"={2 * ndim}q", mem, _MANAGED.size, *shape, *stride)
-    _MANAGED.pack_into(mem, offset, data, _KDL_EXT_DEV, device_index, ndim, code, bits, 1,
-                       dims, dims + 8 * ndim, 0, 0, _DELETER_ADDRESS)
-    _live[address] = (keep, release, block)
+        _MANAGED.pack_into(mem, 0, data, _KDL_EXT_DEV, device_index, ndim, code, bits, 1,
+                           dims, dims + 8 * ndim, 0, 0, _DELETER_ADDRESS)
+        _live[address] = (None, release, block)
     if _detached:       # made after (or while) detach_deleters ran at exit
         _null_deleter(address)
     return torch._C._from_dlpack(_capsule_new(address, b"dltensor", None))

@@ -196,6 +196,9 @@ class StreamRegistry:
     def __init__(self, default_streams: list[Stream]) -> None:
         self.default = default_streams
         self._local = threading.local()
+        # False until some thread makes a stream current: until then every thread's current
+        # stream is the default one, and the hot path (ops/launcher.py) reads `default` directly.
+        self.any_current = False
         self._by_id: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._by_id_lock = threading.Lock()
         for stream in default_streams:
@@ -227,6 +230,7 @@ class StreamRegistry:
         if current is None:
             current = self._local.current = {}
         current[stream.device_index] = stream
+        self.any_current = True      # before any launch on this thread can read it (same thread)
         return previous
 
     def synchronize_device(self, index: int) -> None:

@@ -2,10 +2,14 @@
 
 Paths: "native" (a vendor kernel), "generic" (PyTorch's decomposition into
 vendor kernels), "cpu" (PyTorch's CPU kernel on copies); see the README's
-"Fallbacks, profiling and coverage".  Counting is a locked dict increment,
-cheap enough for every call.  Timing is the profiler's (fl_runtime.tools):
+"Fallbacks, profiling and coverage".  Counting appends the (op, path) key to a
+list (one atomic operation in CPython, no lock on the hot path); the list is
+folded into the counter under a lock when it grows long and whenever counts
+are read.  Timing is the profiler's (fl_runtime.tools):
 while a profile is active it is installed here as `ACTIVE`, and the op paths
-report to it; outside a profile the hot path only checks that `ACTIVE` is None.
+report to it; outside a profile the hot path only checks that `ACTIVE` is None
+(the per-signature programs, fast_path.py, check `HOOKED`: a profile or phase
+timing is installed, so calls take the full path that reports to them).
 The profiler lives above the ops layer, so it registers itself here instead
 of being imported by it.
 """
@@ -24,31 +28,57 @@ FAST = "fast"
 
 _counts: Counter = Counter()
 _lock = threading.Lock()
+# Calls not yet folded into _counts: appended without a lock, folded under it (fold).
+pending: list[tuple[str, str]] = []
+FOLD_AT = 1 << 14         # pending entries that trigger a fold (bounds its memory)
 ACTIVE = None      # the innermost active tools.profiler.Profile, or None
 PHASES = None      # a PhaseTimes while the launcher's phases are timed (benchmarks), or None
+HOOKED = False     # ACTIVE or PHASES is set: op calls take the launcher's full path
 
 
 def record(op: str, path: str) -> None:
     """Count one call of `op` through `path` (always on; safe from any thread)."""
+    pending.append((op, path))
+    if len(pending) > FOLD_AT:
+        fold()
+
+
+def record_key(key: tuple[str, str]) -> None:
+    """record() for a prebuilt (op, path) key (the per-signature programs hold theirs)."""
+    pending.append(key)
+    if len(pending) > FOLD_AT:
+        fold()
+
+
+def fold() -> None:
+    """Move the pending calls into the counter.  Under the lock only one thread folds;
+    other threads only ever append, at the end, so the first `n` entries copied here are
+    the `n` deleted (each slice operation is atomic under the GIL)."""
     with _lock:
-        _counts[(op, path)] += 1
+        n = len(pending)
+        batch = pending[:n]
+        del pending[:n]
+        _counts.update(batch)
 
 
 def counts() -> Counter:
     """A snapshot of the (op, path) -> calls counter since the last reset."""
+    fold()
     with _lock:
         return Counter(_counts)
 
 
 def reset_counts() -> None:
+    fold()
     with _lock:
         _counts.clear()
 
 
 def set_active(profile) -> object:
     """Install `profile` (or None) as the one op paths report timings to; returns the previous one."""
-    global ACTIVE
+    global ACTIVE, HOOKED
     previous, ACTIVE = ACTIVE, profile
+    HOOKED = ACTIVE is not None or PHASES is not None
     return previous
 
 
@@ -81,6 +111,7 @@ class PhaseTimes:
 
 def set_phases(times: PhaseTimes | None) -> PhaseTimes | None:
     """Install `times` (or None) as the launcher's phase clock; returns the previous one."""
-    global PHASES
+    global PHASES, HOOKED
     previous, PHASES = PHASES, times
+    HOOKED = ACTIVE is not None or PHASES is not None
     return previous

@@ -4,7 +4,8 @@ Each op any plugin implements gets one PyTorch kernel for PrivateUse1; per
 call it finds the device, picks the vendor entry from the op table
 (op_table.py) with one dict lookup, takes output layouts from the meta cache,
 allocates outputs, orders the launch after pending writes on other streams,
-marshals and launches.  Calls the vendor cannot take (no kernel on this
+marshals and launches.  A call signature that repeats runs the program the
+first such call recorded (fast_path.py) instead.  Calls the vendor cannot take (no kernel on this
 device, dtype not declared, a declined launch) go to the fallback chain.
 While a profile is active, launches are timed and bracketed by vendor events.
 """
@@ -19,18 +20,20 @@ from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.devices.registry import DeviceInfo
 from fl_runtime.devices.storage import held_past_unwinding as _held_inputs
-from fl_runtime.devices.storage import hold_past_unwinding, release_held
+from fl_runtime.devices.storage import hold_past_unwinding, release_held, wrap_block
 from fl_runtime.devices.streams import Event
 from fl_runtime.errors import FLOutOfMemoryError, VendorError
-from fl_runtime.ops import accounting
+from fl_runtime.ops import accounting, fast_path
 from fl_runtime.ops.fallback.chain import FallbackChain, mixed_devices_error
-from fl_runtime.ops.marshal import MarshalError, marshal
+from fl_runtime.ops.marshal import MarshalError, marshal, replay
 from fl_runtime.ops.meta_cache import OutputSpecCache
 from fl_runtime.ops.op_table import KernelChoice
 from fl_runtime.ops.schema import OpPlan, compile_plan
 
 _FL_DTYPE = abi.DTYPE_TO_FL
 _NATIVE = accounting.NATIVE
+_pending_counts = accounting.pending
+_FOLD_AT = accounting.FOLD_AT
 _DECLINED = abi.ERROR_NOT_SUPPORTED   # launch_kernel's "not these arguments" (see fl_abi.h)
 
 
@@ -42,10 +45,12 @@ def resize_output(out: torch.Tensor, shape: tuple) -> None:
     out.resize_(shape)
 
 
-def _lists_to_device(plan: OpPlan, values: list, device_index: int) -> None:
+def _lists_to_device(plan: OpPlan, values: list, device_index: int) -> bool:
     """CPU tensors in list arguments would reach the vendor as host addresses. As on CUDA,
     index lists (Tensor?[], e.g. x[cpu_index]) are copied to the device; any other tensor
-    list (cat, stack) with a CPU tensor is the same-device error."""
+    list (cat, stack) with a CPU tensor is the same-device error.  Returns whether it
+    copied any (such a call gets no program: fast_path.py)."""
+    moved = False
     for i in plan.list_tensor_arg_indices:
         items = values[i]
         if not items or not any(isinstance(t, torch.Tensor) and t.is_cpu for t in items):
@@ -54,6 +59,8 @@ def _lists_to_device(plan: OpPlan, values: list, device_index: int) -> None:
             raise mixed_devices_error(plan.qualified_name, device_index)
         values[i] = [t.to(f"fl:{device_index}") if isinstance(t, torch.Tensor) and t.is_cpu else t
                      for t in items]
+        moved = True
+    return moved
 
 
 def _declined_reason(device: DeviceInfo) -> str:
@@ -70,6 +77,7 @@ class Launcher:
         self.rt = runtime
         self.op_names: set[str] = runtime.op_names
         self._plans: dict[str, tuple[OpPlan, OutputSpecCache]] = {}
+        self._programs: dict[str, dict] = {}    # op name -> its kernel's program cache (fast_path.py)
         switches = runtime.config.fallback
         self.chain = FallbackChain(self, switches.enable_generic_kernel, switches.enable_cpu_fallback)
 
@@ -94,6 +102,11 @@ class Launcher:
             found = self._plans.setdefault(name, (plan, OutputSpecCache(plan)))
         return found
 
+    def programs(self, name: str) -> dict:
+        """The per-signature programs op `name` has recorded so far (call key -> Program;
+        empty for an op that never gets them); for diagnostics and tests."""
+        return dict(self._programs.get(name, {}))
+
     def has_kernel(self, device_index: int, name: str, dtype: torch.dtype) -> bool:
         choice = self.rt.device(device_index).kernels.get(name)
         return choice is not None and bool((choice.dtypes >> abi.DTYPE_TO_FL[dtype]) & 1)
@@ -113,23 +126,120 @@ class Launcher:
         # The op's plan and signature cache bound once here: a call pays no lookup for them.
         launch = self._launch_planned
         plan, spec_cache = self._plan(name)
+        if not fast_path.eligible(plan):
+            def kernel(*args, **kwargs):
+                try:
+                    return launch(name, plan, spec_cache, args, kwargs)
+                except BaseException as exc:
+                    _outlive_unwinding(exc, args, kwargs)
+                    del args, kwargs, exc
+                    raise
+        else:
+            programs = self._programs.setdefault(name, {})   # call key -> fast_path.Program
+            run = self._run_program
+            call_key = fast_path.call_key
+            value_key = fast_path.value_key
 
-        def kernel(*args, **kwargs):
-            try:
-                return launch(name, plan, spec_cache, args, kwargs)
-            except BaseException as exc:
-                _outlive_unwinding(exc, args, kwargs)
-                del args, kwargs, exc
-                raise
+            def kernel(*args, **kwargs):
+                try:
+                    if accounting.HOOKED:          # a profile or phase timing: the full path reports to it
+                        return launch(name, plan, spec_cache, args, kwargs)
+                    try:
+                        key = call_key(args, kwargs) if kwargs else tuple(map(value_key, args))   # call_key, inlined
+                        program = programs.get(key)
+                    except TypeError:              # an unhashable argument: no program
+                        return launch(name, plan, spec_cache, args, kwargs)
+                    if program is not None:
+                        return run(name, plan, spec_cache, program, args, kwargs)
+                    return launch(name, plan, spec_cache, args, kwargs, programs, key)
+                except BaseException as exc:
+                    _outlive_unwinding(exc, args, kwargs)
+                    del args, kwargs, exc
+                    raise
         kernel.__name__ = f"fl_{name.replace('.', '_')}"
         return kernel
 
-    def launch(self, name: str, args: tuple, kwargs: dict):
-        """Run op `name` (a kernel-table name) on the vendor, or through the fallback chain."""
-        plan, spec_cache = self._plan(name)
-        return self._launch_planned(name, plan, spec_cache, args, kwargs)
+    def _run_program(self, name: str, plan: OpPlan, spec_cache: OutputSpecCache, program, args: tuple,
+                     kwargs: dict):
+        """A call whose signature has a program (fast_path.py): what _launch_planned would do
+        for it, less the decisions the program holds."""
+        if _held_inputs:
+            release_held()
+        choice = program.choice
+        device = program.device
+        if device.kernels.get(name) is not choice or (choice.autocast is not None and _is_autocast_enabled("fl")):
+            return self._launch_planned(name, plan, spec_cache, args, kwargs)
+        values = plan.normalize(args, kwargs) if kwargs else [*args, *program.tail]
+        rt = self.rt
+        index = program.device_index
+        streams = rt.streams
+        stream = streams.current(index) if streams.any_current else streams.default[index]
+        single = program.single_new
+        if single is not None:
+            allocator = program.allocator
+            outputs = [wrap_block(allocator.allocate_rounded(single.size, stream), allocator.release, index,
+                                  single.shape, single.stride, single.dtype)]
+        else:
+            outputs = self._program_outputs(program, values, stream)
+        try:
+            try:
+                c_args, count = replay(plan, values, outputs, program.entry)
+            except MarshalError as exc:
+                outputs.clear()
+                return self.chain.run_on_cpu(plan.op, args, kwargs, index, str(exc))
+            if rt._cross_stream:
+                rt.order_after_writers(index, stream, values, outputs)
+            status = choice.launch_fn(stream.handle, choice.entry, c_args, count)
+            if status != abi.SUCCESS:
+                if status == _DECLINED:
+                    outputs.clear()
+                    return self.chain.run_on_cpu(plan.op, args, kwargs, index, _declined_reason(device))
+                _raise_launch_failure(device, status, name)
+        except BaseException:
+            _drop(outputs)
+            raise
+        _pending_counts.append(program.count_key)       # accounting.record_key, inlined
+        if len(_pending_counts) > _FOLD_AT:
+            accounting.fold()
+        return outputs[0] if len(outputs) == 1 else _result(outputs)
 
-    def _launch_planned(self, name: str, plan: OpPlan, spec_cache: OutputSpecCache, args: tuple, kwargs: dict):
+    def _program_outputs(self, program, values: list, stream) -> list:
+        outputs = []
+        try:
+            for out in program.outputs:
+                if out.alias is not None:
+                    outputs.append(values[out.alias])
+                elif out.shape is None:
+                    outputs.append(None)
+                else:
+                    allocator = program.allocator
+                    outputs.append(wrap_block(allocator.allocate_rounded(out.size, stream), allocator.release,
+                                              program.device_index, out.shape, out.stride, out.dtype))
+        except BaseException:      # e.g. out of memory at the second output: free the first
+            _drop(outputs)
+            raise
+        return outputs
+
+    def launch(self, name: str, args: tuple, kwargs: dict):
+        """Run op `name` (a kernel-table name) on the vendor, or through the fallback chain
+        (the runtime-owned ops' device part: copy_, fused attention, foreach)."""
+        plan, spec_cache = self._plan(name)
+        if accounting.HOOKED or not fast_path.eligible(plan):
+            return self._launch_planned(name, plan, spec_cache, args, kwargs)
+        programs = self._programs.setdefault(name, {})
+        try:
+            key = fast_path.call_key(args, kwargs)
+            program = programs.get(key)
+        except TypeError:              # an unhashable argument: no program
+            return self._launch_planned(name, plan, spec_cache, args, kwargs)
+        if program is not None:
+            return self._run_program(name, plan, spec_cache, program, args, kwargs)
+        return self._launch_planned(name, plan, spec_cache, args, kwargs, programs, key)
+
+    def _launch_planned(self, name: str, plan: OpPlan, spec_cache: OutputSpecCache, args: tuple, kwargs: dict,
+                        programs: dict | None = None, key=None):
+        """The full path.  With `programs`, a call launched natively records its program
+        under `key` (fast_path.py), so the next call of the signature skips this."""
         if _held_inputs:
             release_held()
         if accounting.PHASES is not None:      # benchmarks only: the timed copy of this path
@@ -144,14 +254,16 @@ class Launcher:
         main = values[plan.tensor_arg_indices[0]] if plan.tensor_arg_indices else None
         if choice is None or (isinstance(main, torch.Tensor) and not (choice.dtypes >> _FL_DTYPE[main.dtype]) & 1):
             return self.chain.run(plan.op, args, kwargs, device.index)
-        if plan.list_tensor_arg_indices:
-            _lists_to_device(plan, values, device.index)
+        if plan.list_tensor_arg_indices and _lists_to_device(plan, values, device.index):
+            programs = None        # the copies are this call's: a program would not make them
         try:
             entry = spec_cache.lookup(values)
         except (NotImplementedError, RuntimeError) as exc:
             return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, f"its meta kernel failed ({exc})")
         rt = self.rt
         stream = rt.streams.current(device.index)
+        if programs is not None and _resizes_an_out(plan, values, entry.specs):
+            programs = None        # the key holds the out= tensor's shape before this resize
         outputs = self._outputs(plan, values, entry.specs, device, stream)
         try:
             try:
@@ -176,13 +288,22 @@ class Launcher:
             raise
         if prof is None:
             accounting.record(plan.qualified_name, _NATIVE)
+            # Only for the table's own entry: a call under autocast that took the fast variant
+            # would record a program every later call has to turn away.
+            if programs is not None and choice is device.kernels.get(name) and len(programs) < fast_path.MAX_PROGRAMS:
+                program = fast_path.build(plan, choice, device, rt.allocators[device.index], args, kwargs,
+                                          values, entry.specs, entry, outputs)
+                if program is not None:
+                    programs.setdefault(key, program)
         return _result(outputs)
 
     def _launch_timed(self, name: str, args: tuple, kwargs: dict, times: accounting.PhaseTimes):
         """launch() step for step, with the time of each phase added to `times`
         (accounting.PHASE_NAMES; benchmarks/host_cost.py).  Keep it in step with launch():
         tests/test_host_cost_phases.py checks both give the same values.  It does not report
-        to a profile (tools.profiler): phase timing and a profile are not meant to overlap."""
+        to a profile (tools.profiler): phase timing and a profile are not meant to overlap.
+        While phases are timed every call takes this full path, never a recorded program
+        (fast_path.py): the phases describe a signature's first call."""
         clock = times.clock
         ns = times.ns
         t0 = clock()
@@ -302,6 +423,13 @@ class Launcher:
             _drop(outputs)
             raise
         return outputs
+
+
+def _resizes_an_out(plan: OpPlan, values: list, specs) -> bool:
+    """Whether _outputs will resize an out= argument for this call (a call a program must
+    not replay: it would pass the unresized tensor)."""
+    return any(is_out and spec is not None and values[alias].shape != spec[0]
+               for alias, spec, is_out in zip(plan.returns_alias, specs, plan.out_returns))
 
 
 def _outlive_unwinding(exc: BaseException, args: tuple, kwargs: dict) -> None:

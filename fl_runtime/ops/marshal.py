@@ -75,13 +75,22 @@ _SITE_TENSOR, _SITE_LIST_TENSOR, _SITE_OUTPUT, _SITE_FLOAT, _SITE_WRAPPED, _SITE
 
 
 class Template:
-    """The arena bytes of one signature's launch and the sites that vary."""
-    __slots__ = ("arena", "blob", "sites")
+    """The arena bytes of one signature's launch and the sites that vary.
 
-    def __init__(self, arena: Arena, sites: list) -> None:
+    The tensor sites (arguments and outputs, the common kind) are kept apart from the
+    rest, each with its element size: the signature fixes every tensor's dtype (the
+    meta cache's key holds it, and an output's comes from its spec), so the replay
+    needs no dtype lookup per tensor."""
+    __slots__ = ("arena", "blob", "sites", "inputs", "outputs", "others", "size")
+
+    def __init__(self, arena: Arena, sites: list, values: list, outputs: list) -> None:
         self.arena = arena
         self.blob = bytes(arena.mem[0:arena.top])
+        self.size = len(self.blob)
         self.sites = tuple(sites)
+        self.inputs = tuple((at, i, values[i].dtype.itemsize) for kind, at, i, _ in sites if kind == _SITE_TENSOR)
+        self.outputs = tuple((at, j, outputs[j].dtype.itemsize) for kind, at, j, _ in sites if kind == _SITE_OUTPUT)
+        self.others = tuple(site for site in sites if site[0] not in (_SITE_TENSOR, _SITE_OUTPUT))
 
 
 def marshal(plan: OpPlan, values: list, outputs: list, take_rng, entry) -> tuple:
@@ -105,7 +114,7 @@ def marshal(plan: OpPlan, values: list, outputs: list, take_rng, entry) -> tuple
         try:
             sites: list = []
             _fill(arena, plan, values, outputs, take_rng, sites)
-            entry.template = Template(arena, sites)
+            entry.template = Template(arena, sites, values, outputs)
             return arena.args, count
         except ArenaFull:
             arena = _arena(arena.size * 4)
@@ -122,10 +131,43 @@ def _refuse_explicit_generator(plan: OpPlan, values: list) -> None:
                                "ones); the op runs on the CPU with it, as its seed asks")
 
 
-def _replay(template: Template, arena: Arena, values: list, outputs: list, take_rng) -> None:
+def replay(plan: OpPlan, values: list, outputs: list, entry) -> tuple:
+    """marshal() for a per-signature program (ops/fast_path.py: no Generator argument,
+    an argument count marshal() already accepted)."""
+    template = entry.template
+    arena = getattr(_local, "arena", None)
+    if template is None or template.arena is not arena:
+        return marshal(plan, values, outputs, None, entry)
     mem = arena.mem
-    mem[0:len(template.blob)] = template.blob
-    for kind, at, i, j in template.sites:
+    mem[0:template.size] = template.blob
+    pack = BASE_AND_OFFSET.pack_into
+    for at, i, itemsize in template.inputs:
+        t = values[i]
+        offset = t.storage_offset() * itemsize
+        base = t.data_ptr() - offset
+        if base < 0:             # empty tensor, as in _tensor
+            base = offset = 0
+        pack(mem, at, base, offset)
+    for at, j, itemsize in template.outputs:
+        t = outputs[j]
+        offset = t.storage_offset() * itemsize
+        base = t.data_ptr() - offset
+        if base < 0:
+            base = offset = 0
+        pack(mem, at, base, offset)
+    if template.others:
+        _replay_sites(template.others, arena, values, outputs, None)
+    return arena.args, len(values) + len(outputs)
+
+
+def _replay(template: Template, arena: Arena, values: list, outputs: list, take_rng) -> None:
+    arena.mem[0:template.size] = template.blob
+    _replay_sites(template.sites, arena, values, outputs, take_rng)
+
+
+def _replay_sites(sites: tuple, arena: Arena, values: list, outputs: list, take_rng) -> None:
+    mem = arena.mem
+    for kind, at, i, j in sites:
         if kind <= _SITE_OUTPUT:
             t = values[i] if kind == _SITE_TENSOR else values[i][j] if kind == _SITE_LIST_TENSOR else outputs[i]
             offset = t.storage_offset() * t.dtype.itemsize

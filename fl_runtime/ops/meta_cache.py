@@ -24,10 +24,19 @@ _META = torch.device("meta")
 def _key_of(value):
     if isinstance(value, torch.Tensor):
         return (value.shape, value.stride(), value.dtype, value.is_cpu)
+    cls = type(value)
+    # Exact types first: isinstance against torch.Generator goes through a Python
+    # __instancecheck__ (~0.7 us), too slow for every int argument.
+    if cls is int or value is None:
+        return value
+    if cls is float:
+        return float
+    if cls is bool:
+        return (bool, value)      # True == 1 as a dict key, but not as a kernel argument
     if isinstance(value, float):
         return float
     if isinstance(value, bool):
-        return (bool, value)      # True == 1 as a dict key, but not as a kernel argument
+        return (bool, value)
     if isinstance(value, (list, tuple)):
         return tuple(v if isinstance(v, float) else _key_of(v) for v in value)
     if isinstance(value, torch.Generator):
