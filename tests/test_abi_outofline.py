@@ -30,9 +30,8 @@ KEY = outofline.module_key(REGION)
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """An empty per-test cache folder, and no packaged module in the way."""
+    """An empty per-test cache folder."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setattr(outofline, "PACKAGED", tmp_path / "no-packaged" / "_fl_abi_ffi.py")
     return tmp_path / "xdg" / "torch_fl" / "abi"
 
 
@@ -211,15 +210,14 @@ def test_a_module_that_verifies_but_does_not_build_an_ffi_is_regenerated(cache):
     assert "_cffi_backend.FFI(" in outofline.read_verified(path, KEY)
 
 
-def test_a_packaged_module_comes_first_and_a_stale_one_is_skipped(cache, tmp_path, monkeypatch):
+def test_a_packaged_module_comes_first_and_a_stale_one_is_skipped(cache, tmp_path):
     packaged = tmp_path / "pkg" / "_fl_abi_ffi.py"
-    monkeypatch.setattr(outofline, "PACKAGED", packaged)
     assert outofline.write_module(REGION, packaged)
-    outofline.load_ffi(REGION)
+    outofline.load_ffi(REGION, packaged)
     assert not cache.exists()                     # the wheel's module served: nothing generated
     other = _other_region()
     assert outofline.write_module(other, packaged)    # a module of another header in its place
-    ffi = outofline.load_ffi(REGION)
+    ffi = outofline.load_ffi(REGION, packaged)
     assert ffi.dlopen(None).FL_COMM_UNIQUE_ID_BYTES == 128
     assert outofline.read_verified(outofline.cache_path(KEY), KEY) is not None
 
@@ -228,7 +226,6 @@ def test_an_unwritable_cache_falls_back_without_an_error(tmp_path, monkeypatch, 
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the cache folder would go")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
-    monkeypatch.setattr(outofline, "PACKAGED", tmp_path / "none.py")
     with caplog.at_level(logging.DEBUG, logger="torch_fl"):
         ffi = outofline.load_ffi(REGION)
     assert isinstance(ffi, _cffi_backend.FFI)
@@ -289,8 +286,8 @@ def test_concurrent_first_loads_all_work_and_leave_one_whole_module(tmp_path):
         assert child.returncode == 0, err
         assert json.loads(out) == {"torch": False, "size": abi.ffi.sizeof("fl_api"), "minor": abi.ABI_MINOR}
     folder = tmp_path / "xdg" / "torch_fl" / "abi"
-    assert [p.name for p in folder.iterdir()] == [f"fl_abi-{KEY}.py"]      # no torn temporaries
-    assert outofline.read_verified(folder / f"fl_abi-{KEY}.py", KEY) is not None
+    assert [p.name for p in folder.iterdir()] == [f"ffi-{KEY}.py"]      # no torn temporaries
+    assert outofline.read_verified(folder / f"ffi-{KEY}.py", KEY) is not None
 
 
 def test_a_script_with_an_unwritable_cache_runs_on_fl_devices(python, tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from fl_runtime.abi.header import cdef_region
-from fl_runtime.abi.outofline import load_ffi
+from fl_runtime.abi.outofline import PACKAGED, load_ffi
 
 
 def _header_path() -> Path:
@@ -30,7 +30,7 @@ HEADER_PATH = _header_path()
 ENTRY_SYMBOL = "fl_plugin_get_api"
 
 
-ffi = load_ffi(cdef_region(HEADER_PATH.read_text(encoding="utf-8"), HEADER_PATH))
+ffi = load_ffi(cdef_region(HEADER_PATH.read_text(encoding="utf-8"), HEADER_PATH), PACKAGED)
 _cdef_region = cdef_region      # the extraction, for the header tests
 # Constants the runtime needs, taken from the header through cffi.
 _consts = ffi.dlopen(None)  # the process itself: only enum/#define values are read

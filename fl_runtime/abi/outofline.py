@@ -11,8 +11,9 @@ sha256 of that region and _cffi_backend's version, so a changed header, a change
 extraction or another cffi never meets a stale module.
 
 Where the module is looked for, first match wins:
-  1. fl_runtime/abi/_fl_abi_ffi.py, written by the package build (setup.py) into a wheel;
-  2. $XDG_CACHE_HOME/torch_fl/abi/fl_abi-<key>.py (~/.cache/torch_fl/abi/), written on the
+  1. for the header, fl_runtime/abi/_fl_abi_ffi.py (PACKAGED), written by the package build
+     (setup.py) into a wheel;
+  2. $XDG_CACHE_HOME/torch_fl/abi/ffi-<key>.py (~/.cache/torch_fl/abi/), written on the
      first import that found neither.
 Every file ends with a trailer line naming its key and the sha256 of the lines
 before it: a file whose trailer does not match (stale, truncated, corrupt) is
@@ -60,14 +61,17 @@ def cache_dir() -> Path:
 
 
 def cache_path(key: str) -> Path:
-    return cache_dir() / f"fl_abi-{key}.py"
+    return cache_dir() / f"ffi-{key}.py"
 
 
-def load_ffi(region: str) -> Any:
-    """The FFI for the declarations in `region` (an `_cffi_backend.FFI`, or a `cffi.FFI` when
-    generation failed); never raises for a cache problem."""
+def load_ffi(region: str, packaged: Path | None = None) -> Any:
+    """The FFI for the C declarations in `region` (an `_cffi_backend.FFI`, or a `cffi.FFI` when
+    generation failed), from `packaged` (a module the package build wrote) or the cache; never
+    raises for a cache problem.  Any cdef text works: fl_abi.h's region, or another C API's."""
     key = module_key(region)
-    for path in (PACKAGED, cache_path(key)):
+    for path in (packaged, cache_path(key)):
+        if path is None:
+            continue
         source = read_verified(path, key)
         if source is not None:
             ffi = execute_source(source, path)

@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     checks = _load("table_checks", os.path.join(_PLUGINS, "table_checks.py"))
     pinned = _load("pinned", os.path.join(_PLUGINS, "pinned.py"))
     with open(header_path, encoding="utf-8") as handle:
-        ffi = outofline.load_ffi(header.cdef_region(handle.read(), header_path))
+        ffi = outofline.load_ffi(header.cdef_region(handle.read(), header_path), outofline.PACKAGED)
     levels = checks.AbiLevels.from_ffi(ffi, entry_symbol)
     library = pinned.PinnedLibrary(path, int(fd), sha256, int(size))
     try:
