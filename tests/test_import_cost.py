@@ -2,13 +2,15 @@
 
 `import torch; import torch_fl; torch.fl.device_count()` with no config file and
 uncertified plugins must not parse fl_abi.h with cffi's C parser (its declarations
-come from the cached out-of-line module), nor import PyYAML (no file to read) or
-cryptography (no certificate to check); with a config file or a trusted key, they
+come from the cached out-of-line module), nor import PyYAML (no file to read),
+cryptography (no certificate to check) or packaging's requirement grammar; with a config file or a trusted key, they
 are imported and used as before.  Speed itself is measured by benchmarks/import_cost.py.
 """
 from __future__ import annotations
 
 import json
+
+import pytest
 
 # Runs in the child before torch: records every cdef cffi is asked to parse.
 _RECORD_CDEFS = """
@@ -28,7 +30,8 @@ torch.testing.assert_close(out, a * 3 - 1)
 print(json.dumps({"devices": torch.fl.device_count(),
                   "header_parsed": any("fl_plugin_get_api" in text for text in parsed),
                   "modules": sorted({m.split(".")[0] for m in sys.modules
-                                     if m.split(".")[0] in ("yaml", "cryptography")})}))
+                                     if m.split(".")[0] in ("yaml", "cryptography")}),
+                  "requirements": "packaging.requirements" in sys.modules}))
 """
 
 
@@ -44,7 +47,7 @@ def test_a_default_start_parses_no_header_and_imports_no_yaml_or_cryptography(py
     assert first["devices"] == 2
     assert first["header_parsed"] is True
     second = _start(python, env)     # every later start reads the cached module
-    assert second == {"devices": 2, "header_parsed": False, "modules": []}
+    assert second == {"devices": 2, "header_parsed": False, "modules": [], "requirements": False}
 
 
 def test_a_config_file_is_still_read_with_yaml(python, tmp_path):
@@ -63,3 +66,16 @@ def test_a_trusted_key_is_still_read_with_cryptography(python, tmp_path):
     config.write_text(f"certification:\n  trusted_keys: [{key}]\n")
     started = _start(python, {"TORCH_FL_CONFIG": str(config)})
     assert started["devices"] == 2 and started["modules"] == ["cryptography", "yaml"]
+
+
+@pytest.mark.parametrize("text", ["torch>=2.13,<2.15", "torch >=2.13, <2.15", "torch==2.13.*", "torch~=2.13",
+                                  "torch>=2.13; python_version > '3'", "torchvision>=1", "torch[extra]>=2",
+                                  "torch", "torch===2.13.0", "torch!=2.14.0,>=2.13"])
+def test_the_torch_range_is_read_as_packaging_requirements_reads_it(text):
+    """torch_compat reads a plain `torch<specifiers>` without importing packaging.requirements
+    (its marker grammar is a start-up cost); the answer must be the one Requirement gives."""
+    from packaging.requirements import Requirement
+
+    from fl_runtime.torch_compat import _torch_specifier
+    req = Requirement(text)
+    assert _torch_specifier(text) == (str(req.specifier) if req.name == "torch" and not req.marker else None)
