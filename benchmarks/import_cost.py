@@ -20,10 +20,17 @@ and the breakdown, each in its own fresh interpreter:
   discovery       Runtime(): config, plugin discovery, certificate and probe checks, devices, op table
   registration    integration.backend.install + shutdown.install: the `fl` device and one
                   PyTorch kernel per op
+  of which full gc  the part of modules + discovery + registration spent in full (generation-2)
+                  garbage collections: `import torch` leaves the collector ~10-20k long-lived
+                  objects short of one (~0.08 s), which the start-up's objects trigger (any
+                  program keeping that many objects after `import torch` pays it too)
 
 Children run with .pyc files, as a pip install has them (the warm-up run writes a
-checkout's __pycache__); --source-only sets PYTHONDONTWRITEBYTECODE=1, so that every
-module is compiled from source at each import, as in a shell that exports it.
+checkout's __pycache__, whatever PYTHONDONTWRITEBYTECODE says: without them every
+fl_runtime module is compiled at each import, ~0.17 s more on a loaded machine).
+On a loaded machine `torch+fl` - `torch` is the difference of two noisy figures (torch's
+own import varies by more than the start-up costs); `start-up` = modules + discovery +
+registration, timed in one child after `import torch`, is the figure to compare.
 The header figures need no torch (the modules are loaded by path, as the plugin probe does).
 With --compare, every run of torch+fl and of the breakdown alternates between this
 checkout and OTHER_CHECKOUT (e.g. `git archive` of an older commit, with the reference
@@ -71,7 +78,18 @@ _HEADER_OUTOFLINE = _BY_PATH + textwrap.dedent("""
     print(since(t))
 """)
 _PHASES = _CLOCK + _SINCE + textwrap.dedent("""
+    import gc
     import torch
+    full = [0.0, 0.0]       # wall, CPU spent in full (generation 2) collections from here on
+    def on_gc(phase, info, started=[None]):
+        if info["generation"] == 2:
+            if phase == "start":
+                started[0] = clock()
+            else:
+                now = clock()
+                full[0] += now[0] - started[0][0]
+                full[1] += now[1] - started[0][1]
+    gc.callbacks.append(on_gc)
     t = clock()
     import fl_runtime
     from fl_runtime.integration import backend, shutdown
@@ -83,21 +101,16 @@ _PHASES = _CLOCK + _SINCE + textwrap.dedent("""
     discovery, t = since(t), clock()
     backend.install(rt)
     shutdown.install(rt)
-    print(modules, discovery, since(t))
+    print(modules, discovery, since(t), full[0], full[1])
     assert rt.devices, rt.empty_reason()
 """)
-
-
-_BYTECODE = True      # --source-only turns it off
 
 
 def _child(code: str, root: Path, env: dict | None = None, args: tuple = ()) -> list[tuple[float, float]]:
     """The (wall, process CPU) pairs the child's last line prints."""
     full_env = {**os.environ, "PYTHONPATH": str(root), **(env or {})}
-    if _BYTECODE:       # as installed: pip writes .pyc files; the first (warm-up) run writes a checkout's
-        full_env.pop("PYTHONDONTWRITEBYTECODE", None)
-    else:
-        full_env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # As installed (pip writes .pyc files): the first, warm-up run writes a checkout's __pycache__.
+    full_env.pop("PYTHONDONTWRITEBYTECODE", None)
     result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=full_env,
                             cwd=root, timeout=600)
     if result.returncode != 0:
@@ -119,8 +132,9 @@ def measure(root: Path, warm_cache: str) -> dict[str, tuple[float, float]]:
         with tempfile.TemporaryDirectory() as cold:
             figures["header cold"] = _child(_HEADER_OUTOFLINE, root, {"XDG_CACHE_HOME": cold}, (str(root),))[0]
         figures["header cached"] = _child(_HEADER_OUTOFLINE, root, {"XDG_CACHE_HOME": warm_cache}, (str(root),))[0]
-    modules, discovery, registration = _child(_PHASES, root, {**off, "XDG_CACHE_HOME": warm_cache})
-    figures.update({"modules": modules, "discovery": discovery, "registration": registration})
+    modules, discovery, registration, full_gc = _child(_PHASES, root, {**off, "XDG_CACHE_HOME": warm_cache})
+    figures.update({"modules": modules, "discovery": discovery, "registration": registration,
+                    "of which full gc": full_gc})
     return figures
 
 
@@ -133,20 +147,16 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-_KEYS = ["torch+fl", "over torch", "header in-line", "header cold", "header cached", "modules", "discovery",
-         "registration"]
+_KEYS = ["torch+fl", "over torch", "start-up", "header in-line", "header cold", "header cached", "modules", "discovery",
+         "registration", "of which full gc"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--compare", type=Path, help="another checkout, measured alternately with this one")
-    parser.add_argument("--source-only", action="store_true",
-                        help="PYTHONDONTWRITEBYTECODE=1: compile every module from source at each import")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    global _BYTECODE
-    _BYTECODE = not args.source_only
     roots = {"this": ROOT, **({"other": args.compare.resolve()} if args.compare else {})}
     load_before = _load()
     runs: dict[str, list[dict]] = {name: [] for name in roots}
@@ -159,11 +169,14 @@ def main() -> None:
             order = list(roots.items()) if run % 2 == 0 else list(roots.items())[::-1]
             for name, root in order:
                 runs[name].append(measure(root, warm_cache))
-    report = {"runs": args.runs, "bytecode": _BYTECODE, "load_before": load_before, "load_after": _load(),
+    report = {"runs": args.runs, "load_before": load_before, "load_after": _load(),
               "torch": _best(torch_alone), "checkouts": {}}
     for name, root in roots.items():
         best = {key: _best([r[key] for r in runs[name]]) for key in runs[name][0]}
         best["over torch"] = {clock: best["torch+fl"][clock] - report["torch"][clock] for clock in ("wall", "cpu")}
+        phases = [{key: r[key] for key in ("modules", "discovery", "registration")} for r in runs[name]]
+        best["start-up"] = {clock: min(sum(p[key][0 if clock == "wall" else 1] for key in p) for p in phases)
+                            for clock in ("wall", "cpu")}
         report["checkouts"][name] = {"root": str(root), **best}
     if args.json:
         print(json.dumps(report, indent=2))
@@ -172,8 +185,7 @@ def main() -> None:
 
 
 def _print(report: dict, names: list[str]) -> None:
-    print(f"best of {report['runs']} fresh interpreters (s), "
-          f"{'with .pyc files' if report['bytecode'] else 'compiled from source (PYTHONDONTWRITEBYTECODE=1)'}; "
+    print(f"best of {report['runs']} fresh interpreters (s), with .pyc files; "
           f"load average {report['load_before']} -> {report['load_after']}")
     print(f"{'':<16}" + "".join(f"{name + ' wall':>13}{name + ' cpu':>13}" for name in names))
     rows = [("torch", [report["torch"]] * len(names))]
