@@ -320,3 +320,14 @@ def test_a_fresh_cache_gets_one_module_and_a_second_process_reuses_it(python, tm
     assert first.returncode == 0 and second.returncode == 0, first.stderr[-2000:] + second.stderr[-2000:]
     assert first.stdout.split()[1] == "2"
     assert first.stdout == second.stdout        # the same file: the second process did not regenerate
+
+
+def test_a_missing_symbol_is_one_of_the_errors_callers_catch():
+    """The out-of-line lib raises ffi.error where the in-line one raised AttributeError; the
+    loader and the probe catch abi.MISSING_SYMBOL, which names both."""
+    for ffi in (abi.ffi, build_ffi(abi.HEADER_PATH)):
+        lib = ffi.dlopen(None)        # the interpreter: it exports no fl_plugin_get_api
+        with pytest.raises(abi.MISSING_SYMBOL):
+            getattr(lib, abi.ENTRY_SYMBOL)
+    with pytest.raises(_cffi_backend.FFI.error):
+        getattr(abi.ffi.dlopen(None), abi.ENTRY_SYMBOL)

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from fl_runtime.abi.header import cdef_region
-from fl_runtime.abi.outofline import PACKAGED, load_ffi
+from fl_runtime.abi.outofline import MISSING_SYMBOL, PACKAGED, load_ffi
 
 
 def _header_path() -> Path:

@@ -23,6 +23,14 @@ each write a whole file and only ever read a whole one.  When the cache cannot b
 written, the source just generated is executed from memory; when generation
 itself fails, the in-line `cdef` FFI is used.  Neither is an error.
 
+The trailer catches accidents (a torn write, a stale or edited file), not a hostile
+writer of the user's own cache directory, who could as well edit any Python there.
+Differences from an in-line FFI that callers may meet: a tagged typedef's cname reads
+'struct fl_x' (in-line: 'fl_x'); a symbol a loaded library lacks raises `ffi.error`
+(in-line: AttributeError; catch MISSING_SYMBOL); and `.fields` of an opaque struct (declared, never defined:
+fl_stream_impl) trips an assertion in _cffi_backend 2.1 instead of returning None, so
+ask such a type's size (ValueError) before its fields.
+
 Standard library and _cffi_backend only (cffi and pycparser only to generate): the
 isolated plugin probe (plugins/probe_child.py) and setup.py load this file by path,
 without torch or the fl_runtime package.
@@ -45,6 +53,10 @@ PACKAGED = Path(__file__).with_name("_fl_abi_ffi.py")
 _TRAILER = "# torch-fl abi ffi: key={key} sha256={digest}\n"
 
 _log = logging.getLogger("torch_fl")       # fl_runtime.logs' logger, reached without importing it
+
+# What looking up a symbol a dlopen'ed library lacks raises: ffi.error from an out-of-line
+# FFI, AttributeError from an in-line one (the fallback): catch both.
+MISSING_SYMBOL = (_cffi_backend.FFI.error, AttributeError)
 
 
 def module_key(region: str) -> str:

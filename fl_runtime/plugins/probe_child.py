@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
     try:
         lib = pinned.load_pinned(library, ffi.dlopen)      # the plugin's constructors run here
         get_api = getattr(lib, entry_symbol)
-    except (OSError, AttributeError) as exc:
+    except (OSError, *outofline.MISSING_SYMBOL) as exc:
         _report({"outcome": "unloadable", "message": str(exc)})
         return 0
     try:
