@@ -4,10 +4,14 @@
 reference plugin's C sources are compiled here with the SDK's own builder
 (fl_sdk/build.py reads reference_vendor/plugin.yaml) into the package being
 built; an editable install compiles it in place, as `make build` does.
+A wheel also carries the ABI header's generated out-of-line cffi module
+(fl_runtime/abi/outofline.py), so even the first `import torch` parses no C; an
+editable install generates it into the user's cache on its first import instead.
 Everything else about the package is in pyproject.toml.
 """
 from __future__ import annotations
 
+import importlib.util
 import sys
 import sysconfig
 from pathlib import Path
@@ -31,7 +35,27 @@ class BuildPyWithReferencePlugin(build_py):
         else:
             output = Path(self.build_lib) / "reference_vendor" / read_spec(source).library
             built = build(source, output=output, force=True)   # a fresh build tree: always compile
+            _write_abi_module(Path(self.build_lib))
         print(f"torch-fl: built the reference vendor plugin {built}")
+
+
+def _write_abi_module(build_lib: Path) -> None:
+    """The header's out-of-line cffi module, into the wheel (read by fl_runtime.abi.outofline).
+    Loaded by path: importing fl_runtime would import torch, which the build environment lacks.
+    A wheel without it still works (the first import generates it into the user's cache)."""
+    abi = ROOT / "fl_runtime" / "abi"
+    header, outofline = (_load_by_path(abi / f"{name}.py") for name in ("header", "outofline"))
+    text = (ROOT / "fl_sdk" / "include" / "fl_abi.h").read_text(encoding="utf-8")
+    target = build_lib / "fl_runtime" / "abi" / outofline.PACKAGED.name
+    if outofline.write_module(header.cdef_region(text), target):
+        print(f"torch-fl: generated the ABI module {target}")
+
+
+def _load_by_path(path: Path):
+    spec = importlib.util.spec_from_file_location(f"_torch_fl_build_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _target_blas_dirs() -> tuple[str, ...]:

@@ -1,7 +1,9 @@
 """~/.torch_fl/config.yaml: read once, validated, every error names its key.
 
 The file is optional; a missing file means the defaults below.  Its path can
-be overridden with TORCH_FL_CONFIG.
+be overridden with TORCH_FL_CONFIG.  PyYAML is imported only when there is a file
+to read: most processes have none, and every start-up pays for what `import
+torch` loads (BENCHMARKS.md, "import").
 """
 from __future__ import annotations
 
@@ -11,14 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fl_runtime.errors import ConfigError
 
 DEFAULT_PATH = Path("~/.torch_fl/config.yaml")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-# libyaml's C loader when PyYAML was built with it (much faster on big files); same result.
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -111,17 +109,35 @@ def load_config(path: Path | None = None) -> Config:
             raise ConfigError("TORCH_FL_CONFIG", f"file {path} does not exist", None)
         return Config()
     text = _read_text(path)
+    import yaml
+    loader = _yaml_loader()
     try:
         # A hostile file nested thousands of levels deep: libyaml refuses beyond 1000 levels
         # (a YAMLError); PyYAML's pure-Python composer recurses per level (RecursionError),
         # and so may repr() of a deep value in an error message.
-        raw = yaml.load(text, Loader=_SafeLoader) or {}
+        raw = yaml.load(text, Loader=loader) or {}
         return parse_config(raw, str(path))
     except yaml.YAMLError as exc:
         raise ConfigError("<file>", f"not valid YAML: {exc}", str(path)) from exc
     except RecursionError:
         raise ConfigError("<file>", "is nested too deeply to read; a Torch-FL config is a few levels "
                           "deep", str(path)) from None
+
+
+def _yaml_loader() -> type:
+    """libyaml's C loader when PyYAML was built with it (much faster on big files; same
+    result), else PyYAML's own; resolved on first use, kept as the module's `_SafeLoader`."""
+    loader = globals().get("_SafeLoader")
+    if loader is None:
+        import yaml
+        loader = globals()["_SafeLoader"] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return loader
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_SafeLoader":       # read before any config file was: resolve it now
+        return _yaml_loader()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _read_text(path: Path) -> str:

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import torch
-from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from fl_runtime.errors import TorchVersionError
@@ -32,17 +32,32 @@ def supported_torch_range() -> str:
         except importlib.metadata.PackageNotFoundError:
             requirements = []
     for text in requirements:
-        req = Requirement(text)
-        if req.name == "torch" and not req.marker:
-            return str(req.specifier)
+        specifier = _torch_specifier(text)
+        if specifier is not None:
+            return specifier
     raise TorchVersionError("Torch-FL's metadata declares no torch requirement; reinstall torch-fl")
+
+
+# A plain `torch<specifiers>` requirement, read without packaging.requirements (whose
+# marker grammar every start-up would otherwise import); anything else goes to it.
+_PLAIN_TORCH = re.compile(r"torch\s*((?:[<>=!~]=?|===)[^;@\[\]]*)")
+
+
+def _torch_specifier(text: str) -> str | None:
+    """The specifier of a requirement on torch without markers ('<2.15,>=2.13'), else None."""
+    plain = _PLAIN_TORCH.fullmatch(text.strip())
+    if plain:
+        return str(SpecifierSet(plain.group(1)))
+    from packaging.requirements import Requirement
+    req = Requirement(text)
+    return str(req.specifier) if req.name == "torch" and not req.marker else None
 
 
 def check_torch_version(version: str | None = None) -> None:
     """Raise TorchVersionError naming both versions when torch is unsupported."""
     found = Version((version or torch.__version__).split("+")[0])
     spec = supported_torch_range()
-    if not Requirement(f"torch{spec}").specifier.contains(found, prereleases=True):
+    if not SpecifierSet(spec).contains(found, prereleases=True):
         raise TorchVersionError(
             f"Torch-FL supports torch{spec}, but torch {found} is installed: "
             f"install a supported PyTorch (pip install 'torch{spec}') or a Torch-FL release built for {found}")

@@ -13,12 +13,11 @@ import os
 import subprocess
 import sys
 
-import cffi
 import pytest
 from conftest import ROOT
 
 from fl_runtime import abi
-from fl_runtime.abi import ffi
+from fl_runtime.abi import ffi, outofline
 from fl_sdk.build import compiler
 
 FIXTURE = ROOT / "tests" / "fixtures" / "abi_1_0"
@@ -39,10 +38,14 @@ def _env(lib) -> dict:
             "FL_ABI10_INNER": str(REFERENCE_LIB)}
 
 
-def _frozen_ffi() -> cffi.FFI:
+def _frozen_ffi():
+    """The frozen header read the way the runtime reads today's (abi.outofline's generated
+    module), so type names compare like with like: an out-of-line ffi names a tagged typedef
+    'struct fl_x' where an in-line cdef says 'fl_x'."""
     text = (FIXTURE / "fl_abi.h").read_text()
-    frozen = cffi.FFI()
-    frozen.cdef(text.split("/* FL_CDEF_BEGIN */", 1)[1].split("/* FL_CDEF_END */", 1)[0])
+    region = text.split("/* FL_CDEF_BEGIN */", 1)[1].split("/* FL_CDEF_END */", 1)[0]
+    frozen = outofline.execute_source(outofline.generate_source(region)[0], FIXTURE / "fl_abi.h")
+    assert isinstance(frozen, type(ffi)), "the frozen header's module did not build"
     return frozen
 
 

@@ -7,6 +7,7 @@ the plugin compiled): about two minutes on two cores.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -74,3 +75,23 @@ def test_plain_install_lacks_the_sdk_extras(plain_venv, tmp_path):
                              "print([m for m in ('copier', 'hypothesis', 'pytest', 'jsonschema', 'xmlschema') "
                              "if u.find_spec(m)])"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+def test_the_wheel_carries_the_generated_abi_module(plain_venv, tmp_path):
+    """setup.py writes the header's out-of-line cffi module into the wheel: the first start-up
+    parses no C and writes nothing to the user's cache (fl_runtime/abi/outofline.py)."""
+    python, env = plain_venv
+    code = textwrap.dedent("""
+        import json, os, torch, torch_fl
+        from fl_runtime import abi
+        from fl_runtime.abi import outofline
+        from fl_runtime.abi.header import cdef_region
+        key = outofline.module_key(cdef_region(abi.HEADER_PATH.read_text()))
+        print(json.dumps({"verified": outofline.read_verified(outofline.PACKAGED, key) is not None,
+                          "cache": sorted(os.listdir(outofline.cache_dir())) if outofline.cache_dir().exists()
+                          else [], "devices": torch.fl.device_count()}))
+    """)
+    result = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                            env={**env, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"verified": True, "cache": [], "devices": 2}

@@ -2,6 +2,8 @@
 
 The header marks the plain-C region cffi can parse between FL_CDEF_BEGIN and
 FL_CDEF_END; this module extracts it once, so the header stays the only copy.
+`ffi` comes from cffi's out-of-line module generated from that region and cached
+(abi.outofline): the header is not parsed again at every import.
 """
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from fl_runtime.abi.header import build_ffi, cdef_region
+from fl_runtime.abi.header import cdef_region
+from fl_runtime.abi.outofline import MISSING_SYMBOL, PACKAGED, load_ffi
 
 
 def _header_path() -> Path:
@@ -27,7 +30,7 @@ HEADER_PATH = _header_path()
 ENTRY_SYMBOL = "fl_plugin_get_api"
 
 
-ffi = build_ffi(HEADER_PATH)
+ffi = load_ffi(cdef_region(HEADER_PATH.read_text(encoding="utf-8"), HEADER_PATH), PACKAGED)
 _cdef_region = cdef_region      # the extraction, for the header tests
 # Constants the runtime needs, taken from the header through cffi.
 _consts = ffi.dlopen(None)  # the process itself: only enum/#define values are read

@@ -14,6 +14,9 @@ found next to the library as `<library>.flcert` or at the path the config's
 its cert run used (kept in CertificationStatus.stack; fl_runtime.plugins.stack says
 whether the running stack is that one); one without it is still valid.  Signing lives in
 fl_sdk.certify; this module must stay usable without the private key.
+`cryptography` and `packaging` are imported when a certificate or key is read: a
+start-up with uncertified plugins (the default policy) never needs them, and every
+start-up pays for its imports (BENCHMARKS.md, "import").
 """
 from __future__ import annotations
 
@@ -27,16 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from packaging.version import InvalidVersion, Version
-
 from fl_runtime import abi
 from fl_runtime.errors import ConfigError
 from fl_runtime.version import CONFORMANCE_SUITE_VERSION
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     from fl_runtime.config import CertificationConfig
 
 FORMAT = "torch-fl-certificate/1"
@@ -102,6 +102,7 @@ def sha256_of(path: str | Path) -> str:
 
 def key_id(public_key: Ed25519PublicKey) -> str:
     """A stable name for a key: SHA-256 of its raw 32 bytes, hex."""
+    from cryptography.hazmat.primitives import serialization
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return hashlib.sha256(raw).hexdigest()
 
@@ -110,6 +111,8 @@ def load_public_key(path: str | Path) -> Ed25519PublicKey:
     """An Ed25519 public key from a PEM file or a file holding the raw 32 bytes.
 
     Raises ValueError (naming the file) for anything else."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     data = Path(path).read_bytes()
     if data.lstrip().startswith(b"-----BEGIN"):
         key = serialization.load_pem_public_key(data)
@@ -190,6 +193,7 @@ def verify_certificate(certificate: str | Path, library_path: str | Path,
         return _refused(UNTRUSTED_KEY, f"certificate {certificate} is signed by key {cert.key_id[:16]}…, which "
                         "is not in certification.trusted_keys: add the certifier's public key if you trust it",
                         certificate, cert.key_id)
+    from cryptography.exceptions import InvalidSignature
     try:
         public_key.verify(cert.signature, canonical_bytes(cert.payload))
     except (InvalidSignature, ValueError):
@@ -258,6 +262,7 @@ def _run_versions(payload: Mapping[str, Any]) -> str:
 
 def torch_minor(version: str) -> str:
     """'2.14.1+cu130' -> '2.14'."""
+    from packaging.version import InvalidVersion, Version
     try:
         return ".".join(str(part) for part in Version(version).release[:2])
     except InvalidVersion:
@@ -266,6 +271,7 @@ def torch_minor(version: str) -> str:
 
 def _same_series(certified: Any, installed: str) -> bool:
     """Same major.minor: patch releases of torch and of the suite keep a certificate valid."""
+    from packaging.version import InvalidVersion, Version
     try:
         return Version(str(certified)).release[:2] == Version(installed).release[:2]
     except InvalidVersion:

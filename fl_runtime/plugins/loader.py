@@ -166,7 +166,7 @@ def load_plugin(source: PluginSource, policy: CertificationPolicy | None = None,
         raise
     try:
         get_api = getattr(lib, abi.ENTRY_SYMBOL)
-    except AttributeError:
+    except abi.MISSING_SYMBOL:
         raise PluginLoadError(source.name, f"{source.path} does not export '{abi.ENTRY_SYMBOL}': "
                               "it is not a Torch-FL plugin") from None
     plugin = Plugin(source, lib, _negotiate(source, get_api), certification, metadata)

@@ -11,8 +11,9 @@ of the user's.  Prints one line, MARKER + JSON: {"outcome": "ok"}, {"outcome":
 "refused", "kind", "message"} or {"outcome": "unloadable", "message"} (dlopen or
 the entry symbol failed: harmless, the loader says why in-process).
 
-Never imports torch or the fl_runtime package (which imports torch): the three
-modules it needs are loaded by path, so a probe costs an interpreter and cffi only.
+Never imports torch or the fl_runtime package (which imports torch): the four
+modules it needs are loaded by path, so a probe costs an interpreter and cffi only
+(and the header's cached out-of-line module, fl_runtime.abi.outofline, not a parse).
 """
 from __future__ import annotations
 
@@ -53,16 +54,19 @@ def _exercise(ffi, api, checks: ModuleType, success: int) -> None:
 
 def main(argv: list[str]) -> int:
     header_path, entry_symbol, fd, path, sha256, size = argv
-    header = _load("header", os.path.join(os.path.dirname(_PLUGINS), "abi", "header.py"))
+    abi_dir = os.path.join(os.path.dirname(_PLUGINS), "abi")
+    header = _load("header", os.path.join(abi_dir, "header.py"))
+    outofline = _load("outofline", os.path.join(abi_dir, "outofline.py"))
     checks = _load("table_checks", os.path.join(_PLUGINS, "table_checks.py"))
     pinned = _load("pinned", os.path.join(_PLUGINS, "pinned.py"))
-    ffi = header.build_ffi(header_path)
+    with open(header_path, encoding="utf-8") as handle:
+        ffi = outofline.load_ffi(header.cdef_region(handle.read(), header_path), outofline.PACKAGED)
     levels = checks.AbiLevels.from_ffi(ffi, entry_symbol)
     library = pinned.PinnedLibrary(path, int(fd), sha256, int(size))
     try:
         lib = pinned.load_pinned(library, ffi.dlopen)      # the plugin's constructors run here
         get_api = getattr(lib, entry_symbol)
-    except (OSError, AttributeError) as exc:
+    except (OSError, *outofline.MISSING_SYMBOL) as exc:
         _report({"outcome": "unloadable", "message": str(exc)})
         return 0
     try:
