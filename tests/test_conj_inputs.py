@@ -146,3 +146,25 @@ except UnsupportedOpError as exc:
 """)
     assert out.count("OK") == 4
     assert "REFUSED" in out and "conjugate" in out
+
+
+def test_the_timed_path_resolves_conjugates_as_launch_does(python, complex_vendor):
+    """_launch_timed (benchmarks' phase timing) stays in step with the full path: conjugate
+    inputs resolved on the device (strict), a conjugate out= sent to the CPU."""
+    out = _run(python, complex_vendor, """
+from fl_runtime.ops import accounting
+times = accounting.PhaseTimes()
+previous = accounting.set_phases(times)
+try:
+    os.environ["TORCH_FL_STRICT"] = "1"
+    check("timed mm(a.conj(), b)", torch.mm(fa.conj(), fb), torch.mm(a.conj(), b))
+    check("timed a @ b.conj()", fa @ fb.conj(), a @ b.conj())
+    del os.environ["TORCH_FL_STRICT"]
+    fc34 = c34.to("fl:0")
+    check("timed out=conj view", torch.mm(fa, fb, out=fc34.conj()), torch.mm(a, b))
+    check("timed storage holds the conjugate", fc34, torch.mm(a, b).conj())
+finally:
+    accounting.set_phases(previous)
+assert times.calls >= 3, times.calls
+""")
+    assert out.count("OK") == 4
