@@ -15,6 +15,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from fl_runtime.ops.schema import compile_plan
 from fl_sdk.build import build, read_spec
 
 REFERENCE = ROOT / "reference_vendor"
@@ -168,3 +169,11 @@ finally:
 assert times.calls >= 3, times.calls
 """)
     assert out.count("OK") == 4
+
+
+@pytest.mark.parametrize("name, written", [("mm", set()), ("mm.out", {2}), ("addmm_", {0}),
+                                           ("_foreach_add_.List", {0}), ("add.out", {3})])
+def test_the_plan_knows_the_arguments_an_op_writes(name, written):
+    """What the conjugate check refuses to marshal: the Tensor(a!) arguments, lists included
+    (_foreach_add_ returns nothing, so its returns do not name them)."""
+    assert compile_plan(name).written_arg_indices == written

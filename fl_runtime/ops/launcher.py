@@ -66,19 +66,22 @@ def _lists_to_device(plan: OpPlan, values: list, device_index: int) -> bool:
     return moved
 
 
-def _resolve_conjugates(plan: OpPlan, values: list, choice: KernelChoice) -> tuple[bool, str | None]:
+def _resolve_conjugates(plan: OpPlan, values: list) -> tuple[bool, str | None]:
     """fl_abi.h's fl_tensor ("kernel calling convention") is physical values with no
     conjugate bit, but PyTorch's Conjugate key lets mm, addmm, bmm, dot, vdot, their
     in-place and out= forms ... through to this kernel with the bit still set on complex
     tensors (the fallthrough list of ATen's ConjugateFallback.cpp).  Marshaled as is, a
     vendor would compute with `a` for `a.conj()`: silently wrong.  So a conjugate input
     is replaced in `values` by its resolved copy (made on the device:
-    copies.resolve_conj_on_device), and a conjugate argument the op writes gets a reason to run the
-    call on the CPU instead (a kernel would store un-conjugated values into it).
-    Returns (whether an input was replaced, the reason or None).  Real tensors never
-    have the bit here (PyTorch resolves the negative bit, and conjugation of real
-    tensors is a no-op), so the single tensors' check is one is_conj() each, and
-    tensor lists are only walked for a kernel that declares a complex dtype."""
+    copies.resolve_conj_on_device), and a conjugate argument the op writes gets a
+    reason to run the call on the CPU instead (a kernel would store un-conjugated
+    values into it).
+    Returns (whether an input was replaced, the reason or None).  Callers run it only
+    for a kernel that declares a complex dtype (an int test; is_conj() per tensor costs
+    ~0.1-0.2 us each): real tensors never have the bit (conjugating one is a no-op, and
+    PyTorch resolves the negative bit before us), and the ops the Conjugate key lets
+    through (matmul family, dot) require one dtype for all operands, which the vendor's
+    mask covers as the main tensor's."""
     replaced = False
     for i in plan.tensor_arg_indices:
         t = values[i]
@@ -87,15 +90,14 @@ def _resolve_conjugates(plan: OpPlan, values: list, choice: KernelChoice) -> tup
                 return replaced, _conjugate_written(plan, i)
             values[i] = resolve_conj_on_device(t)
             replaced = True
-    if choice.dtypes & _COMPLEX_FL_MASK:
-        for i in plan.list_tensor_arg_indices:
-            items = values[i]
-            if items and any(isinstance(t, torch.Tensor) and t.is_conj() for t in items):
-                if i in plan.written_arg_indices:
-                    return replaced, _conjugate_written(plan, i)
-                values[i] = [resolve_conj_on_device(t) if isinstance(t, torch.Tensor) and t.is_conj() else t
-                             for t in items]
-                replaced = True
+    for i in plan.list_tensor_arg_indices:
+        items = values[i]
+        if items and any(isinstance(t, torch.Tensor) and t.is_conj() for t in items):
+            if i in plan.written_arg_indices:
+                return replaced, _conjugate_written(plan, i)
+            values[i] = [resolve_conj_on_device(t) if isinstance(t, torch.Tensor) and t.is_conj() else t
+                         for t in items]
+            replaced = True
     return replaced, None
 
 
@@ -298,11 +300,12 @@ class Launcher:
             return self.chain.run(plan.op, args, kwargs, device.index)
         if plan.list_tensor_arg_indices and _lists_to_device(plan, values, device.index):
             programs = None        # the copies are this call's: a program would not make them
-        resolved, refusal = _resolve_conjugates(plan, values, choice)
-        if refusal is not None:
-            return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, refusal)
-        if resolved:
-            programs = None        # as for the list copies above
+        if choice.dtypes & _COMPLEX_FL_MASK:     # conjugate views: see _resolve_conjugates
+            resolved, refusal = _resolve_conjugates(plan, values)
+            if refusal is not None:
+                return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, refusal)
+            if resolved:
+                programs = None    # as for the list copies above
         try:
             entry = spec_cache.lookup(values)
         except (NotImplementedError, RuntimeError) as exc:
@@ -368,7 +371,7 @@ class Launcher:
             return self._timed_fallback(times, t1, self.chain.run, plan.op, args, kwargs, device.index)
         if plan.list_tensor_arg_indices:
             _lists_to_device(plan, values, device.index)
-        refusal = _resolve_conjugates(plan, values, choice)[1]
+        refusal = _resolve_conjugates(plan, values)[1] if choice.dtypes & _COMPLEX_FL_MASK else None
         if refusal is not None:
             return self._timed_fallback(times, t1, self.chain.run_on_cpu, plan.op, args, kwargs,
                                         device.index, refusal)
