@@ -109,6 +109,23 @@ def _copy_lazy_views(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
     _stored(dst).copy_(_with_bits_of(value, dst).resolve_conj().resolve_neg())
 
 
+def resolve_conj_on_device(t: torch.Tensor) -> torch.Tensor:
+    """t.resolve_conj() for a conjugate view on an fl device, made there: the stored bytes
+    copied as real (view_as_real) and the imaginary halves negated, with the vendor's
+    real-dtype copy and mul_ kernels (or their fallbacks).  For the launcher, which
+    must hand kernels physical values (fl_abi.h, fl_tensor); resolve_conj() itself
+    would take _copy_lazy_views' host round trip.  A view that also has the negative
+    bit takes that round trip."""
+    if t.is_neg() or t.device.type == "cpu":
+        return t.resolve_conj().resolve_neg()
+    stored = _stored(t)
+    out = torch.empty_like(stored)
+    real = torch.view_as_real(out)
+    real.copy_(torch.view_as_real(stored))
+    real[..., 1].mul_(-1)                # conj(x + iy) = x - iy; -0.0 for y = 0, as PyTorch's conj
+    return out
+
+
 def _with_bits_of(host: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """`host` read through `like`'s lazy bits: conj() and _neg_view() toggle the bit
     (a view), so applying a tensor's own bits to it clears them."""

@@ -24,6 +24,7 @@ from fl_runtime.devices.storage import hold_past_unwinding, release_held, wrap_b
 from fl_runtime.devices.streams import Event
 from fl_runtime.errors import FLOutOfMemoryError, VendorError
 from fl_runtime.ops import accounting, fast_path
+from fl_runtime.ops.copies import resolve_conj_on_device
 from fl_runtime.ops.fallback.chain import FallbackChain, mixed_devices_error
 from fl_runtime.ops.marshal import MarshalError, marshal, replay
 from fl_runtime.ops.meta_cache import OutputSpecCache
@@ -35,6 +36,8 @@ _NATIVE = accounting.NATIVE
 _pending_counts = accounting.pending
 _FOLD_AT = accounting.FOLD_AT
 _DECLINED = abi.ERROR_NOT_SUPPORTED   # launch_kernel's "not these arguments" (see fl_abi.h)
+_COMPLEX_FL_MASK = sum(1 << _FL_DTYPE[d] for d in (torch.complex32, torch.complex64, torch.complex128)
+                       if d in _FL_DTYPE)
 
 
 def resize_output(out: torch.Tensor, shape: tuple) -> None:
@@ -61,6 +64,47 @@ def _lists_to_device(plan: OpPlan, values: list, device_index: int) -> bool:
                      for t in items]
         moved = True
     return moved
+
+
+def _resolve_conjugates(plan: OpPlan, values: list) -> tuple[bool, str | None]:
+    """fl_abi.h's fl_tensor ("kernel calling convention") is physical values with no
+    conjugate bit, but PyTorch's Conjugate key lets mm, addmm, bmm, dot, vdot, their
+    in-place and out= forms ... through to this kernel with the bit still set on complex
+    tensors (the fallthrough list of ATen's ConjugateFallback.cpp).  Marshaled as is, a
+    vendor would compute with `a` for `a.conj()`: silently wrong.  So a conjugate input
+    is replaced in `values` by its resolved copy (made on the device:
+    copies.resolve_conj_on_device), and a conjugate argument the op writes gets a
+    reason to run the call on the CPU instead (a kernel would store un-conjugated
+    values into it).
+    Returns (whether an input was replaced, the reason or None).  Callers run it only
+    for a kernel that declares a complex dtype (an int test; is_conj() per tensor costs
+    ~0.1-0.2 us each): real tensors never have the bit (conjugating one is a no-op, and
+    PyTorch resolves the negative bit before us), and the ops the Conjugate key lets
+    through (matmul family, dot) require one dtype for all operands, which the vendor's
+    mask covers as the main tensor's."""
+    replaced = False
+    for i in plan.tensor_arg_indices:
+        t = values[i]
+        if isinstance(t, torch.Tensor) and t.is_conj():
+            if i in plan.written_arg_indices:
+                return replaced, _conjugate_written(plan, i)
+            values[i] = resolve_conj_on_device(t)
+            replaced = True
+    for i in plan.list_tensor_arg_indices:
+        items = values[i]
+        if items and any(isinstance(t, torch.Tensor) and t.is_conj() for t in items):
+            if i in plan.written_arg_indices:
+                return replaced, _conjugate_written(plan, i)
+            values[i] = [resolve_conj_on_device(t) if isinstance(t, torch.Tensor) and t.is_conj() else t
+                         for t in items]
+            replaced = True
+    return replaced, None
+
+
+def _conjugate_written(plan: OpPlan, index: int) -> str:
+    return (f"its argument '{plan.args[index].name}' is a conjugate view (.conj()) the op writes, and "
+            "vendor kernels take physical values only (fl_abi.h, fl_tensor); pass a tensor without the "
+            "conjugate bit (.resolve_conj()) to keep the call on the device")
 
 
 def _declined_reason(device: DeviceInfo) -> str:
@@ -256,6 +300,12 @@ class Launcher:
             return self.chain.run(plan.op, args, kwargs, device.index)
         if plan.list_tensor_arg_indices and _lists_to_device(plan, values, device.index):
             programs = None        # the copies are this call's: a program would not make them
+        if choice.dtypes & _COMPLEX_FL_MASK:     # conjugate views: see _resolve_conjugates
+            resolved, refusal = _resolve_conjugates(plan, values)
+            if refusal is not None:
+                return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, refusal)
+            if resolved:
+                programs = None    # as for the list copies above
         try:
             entry = spec_cache.lookup(values)
         except (NotImplementedError, RuntimeError) as exc:
@@ -321,6 +371,10 @@ class Launcher:
             return self._timed_fallback(times, t1, self.chain.run, plan.op, args, kwargs, device.index)
         if plan.list_tensor_arg_indices:
             _lists_to_device(plan, values, device.index)
+        refusal = _resolve_conjugates(plan, values)[1] if choice.dtypes & _COMPLEX_FL_MASK else None
+        if refusal is not None:
+            return self._timed_fallback(times, t1, self.chain.run_on_cpu, plan.op, args, kwargs,
+                                        device.index, refusal)
         try:
             entry = spec_cache.lookup(values)
         except (NotImplementedError, RuntimeError) as exc:

@@ -41,6 +41,7 @@ class OpPlan:
     is_inplace_or_out: bool
     has_generator: bool
     out_returns: tuple[bool, ...]     # per return: is it an out= argument (resized to fit)?
+    written_arg_indices: frozenset[int] = frozenset()   # arguments the op writes (Tensor(a!), Tensor(a!)[])
 
     def normalize(self, args: tuple, kwargs: dict) -> list:
         """Schema-ordered values of every argument, defaults filled in."""
@@ -81,7 +82,9 @@ def compile_plan(name: str) -> OpPlan:
                   list_tensor_arg_indices=tuple(i for i, s in enumerate(specs) if s.tag == TAG_TENSOR_LIST),
                   is_inplace_or_out=any(i is not None for i in returns_alias),
                   has_generator=any(s.tag == TAG_GENERATOR for s in specs),
-                  out_returns=tuple(i is not None and specs[i].kwarg_only for i in returns_alias))
+                  out_returns=tuple(i is not None and specs[i].kwarg_only for i in returns_alias),
+                  written_arg_indices=frozenset(i for i, a in enumerate(schema.arguments)
+                                                if a.alias_info is not None and a.alias_info.is_write))
 
 
 _NUMBER_TYPES = (bool, int, float, complex)
