@@ -134,6 +134,13 @@ MUTANTS = [
            "    uint64_t target = e->recorded ? 1 : 0;\n    int done = e->completed >= target;",
            "event_query_is_not_ready or rerecorded", "streams",
            {"test_rerecorded_event_moves_what_waits_wait_for"}, "waited for an earlier record"),
+    Mutant("event-query-ready-behind-pending-work", "src/driver/event.c",
+           "    st = e->completed >= e->recorded ? FL_SUCCESS : FL_NOT_READY;",
+           "    st = FL_SUCCESS;",   # every query answers ready, pending work or not
+           # Not the state machine: it learns from a ready answer rather than checking it, and then
+           # fails (or not) wherever the stale knowledge happens to show.
+           "event_query_is_not_ready or fifo_order", "streams",
+           {"test_event_query_is_not_ready_behind_busy_work"}, "had not run"),
     Mutant("free-returns-a-neighbours-page-to-the-host", "src/driver/memory.c",
            "    uint64_t lo = (b->start + pg - 1) & ~(pg - 1);",
            "    uint64_t lo = b->start & ~(pg - 1);",   # rounds down into the page a live neighbour shares
