@@ -181,14 +181,17 @@ def _call(info, sample, mode: _Mode) -> None:
 
 def _samples(info, dtype: torch.dtype, mode: _Mode):
     """The OpInfo's samples (a lazy generator: iterate it inside `_seeded(seed)`)."""
-    samples = info.sample_inputs("cpu", dtype, requires_grad=mode.grad, set_seed=False)
+    # sample_inputs_func is what info.sample_inputs wraps; the wrapper only adds, outside a
+    # unittest TestCase, two inspect.stack() calls (reading the source line of every frame
+    # of hypothesis' deep stack) and the per-sample reseeding _reseeded does.
+    samples = iter(info.sample_inputs_func(info, "cpu", dtype, mode.grad))
     return itertools.islice(_reseeded(samples), SAMPLES_SCANNED)
 
 
 def _reseeded(samples):
     """The samples, each drawn from generators seeded as OpInfo's own iterator seeds them
     before every sample (common_utils.set_rng_seed(SEED): outside a unittest TestCase it
-    uses SEED, so the values are the same as with set_seed=True), but without
+    uses SEED, so the values are the same as info.sample_inputs gives), but without
     torch.manual_seed: on a host without CUDA, XPU or MTIA it captures the Python stack
     three times for their lazy seeding (traceback.format_stack), which was about half the
     kernel workers' CPU time.  Samples are made on the CPU, whose generator is the one
