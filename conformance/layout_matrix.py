@@ -140,3 +140,15 @@ def cases(op: str, dtype: torch.dtype, full: bool) -> list[dict]:
                         "args": [{"tensor": {**args[0]["tensor"], "scale": LARGE_MAGNITUDE[dtype]}}, *args[1:]]}
                 out.append(loud)
     return out
+
+
+def empty_inner_dimension(op: str, dtype: torch.dtype) -> dict | None:
+    """For mm and bmm, in both profiles: a product over an empty inner dimension (k = 0) is
+    all zeros, a separate path in a kernel (no BLAS call; the reference's `scale_zero`) that
+    drawn cases reached only by luck (branch coverage of the ci profile: never)."""
+    if op not in ("mm", "bmm") or dtype == torch.complex64:
+        return None
+    batch = [2] if op == "bmm" else []
+    args = [_tensor([*batch, 3, 0], dtype, 1), _tensor([*batch, 0, 4], dtype, 2)]
+    return {"op": op, "dtype": NAMES[dtype], "args": args, "kwargs": {}, "shift": 0, "out_shift": 0,
+            "matrix": "layout matrix: empty inner dimension (k = 0), the product is zeros"}

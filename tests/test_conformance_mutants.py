@@ -154,6 +154,10 @@ MUTANTS = [
            "    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);",
            "    uint32_t k0 = (uint32_t)seed, k1 = 0;",
            "(uniform_ or neg-) and float32 and not robust", "kernels", {"uniform_"}, "seed bit(s) 32..62"),
+    Mutant("matmul-leaves-output-unwritten-for-empty-inner-dimension", "src/kernels/matmul.c",
+           "        scale_zero(C, es, beta);",
+           "        (void)scale_zero;",   # k = 0: the output keeps whatever the device memory held
+           "(mm- or bmm-) and float32 and not robust", "kernels", {"mm", "bmm"}, "empty inner dimension"),
     Mutant("matmul-ignores-transpose-of-aligned-column-major-b", "src/kernels/matmul.c",
            "            st = ref_gemm(a, dt, oa.trans, ob.trans, m, n, k, alpha, oa.p, oa.ld, ob.p, ob.ld, beta,\n"
            "                          C->p, ldc);",

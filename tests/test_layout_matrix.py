@@ -57,3 +57,14 @@ def test_every_ci_case_is_a_call_pytorch_cpu_accepts(op):
         assert tensors and all(t.dtype == torch.float32 for t in tensors)
         outputs = cpu_reference(plan, values)
         assert outputs and all(o.numel() > 0 for o in outputs if isinstance(o, torch.Tensor))
+
+
+@pytest.mark.parametrize("op", ["mm", "bmm"])
+def test_matmul_gets_an_empty_inner_dimension_whose_product_is_zeros(op):
+    case = layout_matrix.empty_inner_dimension(op, torch.float32)
+    plan = compile_plan(op)
+    values = schema_values(plan, case)
+    assert [t.shape[-1] for t in values[:1]] == [0]
+    (out,) = cpu_reference(plan, values)
+    assert out.numel() > 0 and not out.any()
+    assert layout_matrix.empty_inner_dimension("add.Tensor", torch.float32) is None
