@@ -76,7 +76,7 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
         return _outcome(statuses.UNTESTED, str(exc))
     try:
         matrix = [*layout_matrix.cases(entry.op, dtype, profile.full_layout_matrix),
-                  layout_matrix.empty_inner_dimension(entry.op, dtype)]
+                  layout_matrix.empty_inner_dimension(entry.op, dtype), layout_matrix.transposed_copy(entry.op, dtype)]
         for explicit in (sweep_case(entry.op, dtype), grid_case(entry.op, dtype), *matrix):
             try:
                 if explicit is not None:

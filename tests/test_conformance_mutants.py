@@ -158,6 +158,10 @@ MUTANTS = [
            "        scale_zero(C, es, beta);",
            "        (void)scale_zero;",   # k = 0: the output keeps whatever the device memory held
            "(mm- or bmm-) and float32 and not robust", "kernels", {"mm", "bmm"}, "empty inner dimension"),
+    Mutant("tiled-copy-drops-partial-edge-tiles", "src/kernels/copy.c",
+           "            for (int64_t j0 = 0; j0 < sz[in]; j0 += TILE) {",
+           "            for (int64_t j0 = 0; j0 + TILE <= sz[in]; j0 += TILE) {",
+           "(copy_- or neg-) and (float32 or int64) and not robust", "kernels", {"copy_"}, "transposed source"),
     Mutant("matmul-ignores-transpose-of-aligned-column-major-b", "src/kernels/matmul.c",
            "            st = ref_gemm(a, dt, oa.trans, ob.trans, m, n, k, alpha, oa.p, oa.ld, ob.p, ob.ld, beta,\n"
            "                          C->p, ldc);",

@@ -68,3 +68,13 @@ def test_matmul_gets_an_empty_inner_dimension_whose_product_is_zeros(op):
     (out,) = cpu_reference(plan, values)
     assert out.numel() > 0 and not out.any()
     assert layout_matrix.empty_inner_dimension("add.Tensor", torch.float32) is None
+
+
+def test_copy_gets_a_transposed_source_larger_than_a_tile():
+    case = layout_matrix.transposed_copy("copy_", torch.float32)
+    plan = compile_plan("copy_")
+    target, source = schema_values(plan, case)[:2]
+    assert source.shape == target.shape == (19, 21) and source.stride() == (1, 19) and target.is_contiguous()
+    (out,) = cpu_reference(plan, schema_values(plan, case))
+    assert torch.equal(out, source)
+    assert layout_matrix.transposed_copy("add.Tensor", torch.float32) is None
