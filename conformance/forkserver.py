@@ -1,8 +1,8 @@
 """A minimal fork server for kernel workers (`python -m conformance.forkserver`).
 
 Importing torch takes seconds; forking a process that already has takes
-milliseconds.  The server imports torch and hypothesis once (but never the
-runtime or a plugin: a plugin loaded before fork would share its device
+milliseconds.  The server imports torch, hypothesis and the worker's modules once (but
+never loads a plugin: a plugin loaded before fork would share its device
 memory mapping with every worker) and forks one worker per request.
 multiprocessing's own fork server would do, but it re-imports the caller's
 __main__ script, which a vendor's unguarded script cannot survive.
@@ -15,6 +15,7 @@ arguments; the server imports it by name, so it depends on no caller); the serve
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -109,6 +110,57 @@ def _warm_up_opinfo() -> None:
         pass   # those kernels report it as untested (conformance.opinfo_cases)
 
 
+# The cffi types a kernel worker creates while checking cases (conformance.harness,
+# kernel_checks and fl_runtime's marshalling): cffi parses each C type string on its
+# first use, per process, unless the server parsed it before the fork.
+WORKER_CTYPES = ("char*", "char[]", "unsigned char[]", "void*", "uintptr_t", "float*", "int32_t*", "uint32_t*",
+                 "uint64_t*", "fl_status", "fl_devptr*", "fl_stream*", "fl_event*", "fl_arg", "fl_arg[]",
+                 "const fl_arg*", "fl_tensor", "fl_kernel_entry", "fl_kernel_entry*", "const fl_kernel_entry**")
+
+
+def _warm_up_workers() -> None:
+    """What every kernel worker would otherwise redo on its first case, done once here and
+    inherited through fork (about 0.4 CPU s per worker, one worker per kernel-table entry):
+    importing the worker's modules (importing fl_runtime starts nothing while PyTorch's
+    autoload is off, see fl_runtime/__init__.py; no plugin is loaded here), hypothesis'
+    scan of local modules for constants to draw and its one-off registration of its own
+    PRNG (a full gc.collect over torch's heap), cffi's parse of each C type, and the
+    OpInfo database's index by name."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from fl_runtime.abi import ffi
+    from fl_runtime.plugins import loader  # noqa: F401
+
+    from . import harness, isolation, kernel_checks, opinfo_cases  # noqa: F401
+
+    opinfo_cases.index_op_db()
+
+    for name in WORKER_CTYPES:
+        try:
+            ffi.typeof(name)
+        except Exception:   # noqa: BLE001 - a type this header lacks is parsed (and refused) in the worker
+            pass
+
+    @settings(max_examples=1, database=None, deadline=None)
+    @given(st.integers())
+    def first_run(_: int) -> None:
+        pass
+    first_run()
+    try:   # the constants hypothesis mixes into draws: the same set, only gathered before the fork
+        from hypothesis.internal.conjecture.providers import _get_local_constants
+        _get_local_constants()
+    except (ImportError, AttributeError):
+        pass   # another hypothesis version: each worker gathers them itself, as before
+
+
+def _fork() -> int:
+    """fork() with the server's objects frozen first: a worker's garbage collections then
+    skip the imported torch/OpInfo heap (and leave its pages shared, not copied)."""
+    gc.freeze()
+    return os.fork()
+
+
 def _serve() -> None:
     _warm_up()
     opinfo_ready = False
@@ -126,8 +178,9 @@ def _serve() -> None:
                 request = json.loads(line)
                 if not request.get("light") and not opinfo_ready:
                     _warm_up_opinfo()
+                    _warm_up_workers()
                     opinfo_ready = True
-                pid = os.fork()
+                pid = _fork()
                 if pid == 0:
                     _child(request["target"], request["args"])
                 children[pid] = request["id"]

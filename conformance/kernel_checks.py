@@ -75,7 +75,8 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
     except NoSource as exc:
         return _outcome(statuses.UNTESTED, str(exc))
     try:
-        matrix = layout_matrix.cases(entry.op, dtype, profile.full_layout_matrix)
+        matrix = [*layout_matrix.cases(entry.op, dtype, profile.full_layout_matrix),
+                  layout_matrix.empty_inner_dimension(entry.op, dtype), layout_matrix.transposed_copy(entry.op, dtype)]
         for explicit in (sweep_case(entry.op, dtype), grid_case(entry.op, dtype), *matrix):
             try:
                 if explicit is not None:

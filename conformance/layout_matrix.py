@@ -140,3 +140,29 @@ def cases(op: str, dtype: torch.dtype, full: bool) -> list[dict]:
                         "args": [{"tensor": {**args[0]["tensor"], "scale": LARGE_MAGNITUDE[dtype]}}, *args[1:]]}
                 out.append(loud)
     return out
+
+
+def transposed_copy(op: str, dtype: torch.dtype) -> dict | None:
+    """For copy_, in both profiles: a transposed source whose two dimensions both exceed a
+    small tile, into a contiguous target (what .contiguous() of a transposed tensor does).
+    The matrix's sources have only ROWS rows, so a kernel's tiled transpose path (the
+    reference's copy_tiled, 8x8 tiles) was never reached (branch coverage of the ci
+    profile); 19 x 21 also leaves partial tiles at both edges."""
+    if op != "copy_" or dtype == torch.complex64:
+        return None
+    source = _tensor([19, 21], dtype, 2)
+    source["tensor"].update(_layout("transposed", 2, False))
+    return {"op": op, "dtype": NAMES[dtype], "args": [_tensor([19, 21], dtype, 1), source], "kwargs": {},
+            "shift": 0, "out_shift": 0, "matrix": "layout matrix: 19x21 copy from a transposed source (tiled)"}
+
+
+def empty_inner_dimension(op: str, dtype: torch.dtype) -> dict | None:
+    """For mm and bmm, in both profiles: a product over an empty inner dimension (k = 0) is
+    all zeros, a separate path in a kernel (no BLAS call; the reference's `scale_zero`) that
+    drawn cases reached only by luck (branch coverage of the ci profile: never)."""
+    if op not in ("mm", "bmm") or dtype == torch.complex64:
+        return None
+    batch = [2] if op == "bmm" else []
+    args = [_tensor([*batch, 3, 0], dtype, 1), _tensor([*batch, 0, 4], dtype, 2)]
+    return {"op": op, "dtype": NAMES[dtype], "args": args, "kwargs": {}, "shift": 0, "out_shift": 0,
+            "matrix": "layout matrix: empty inner dimension (k = 0), the product is zeros"}

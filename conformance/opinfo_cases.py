@@ -110,15 +110,34 @@ def op_db() -> tuple:
     return tuple(database)
 
 
+@functools.lru_cache(maxsize=1)
+def _by_name() -> dict[str, list]:
+    """Every OpInfo under its name, its last dotted part and its aten_name, in op_db order.
+    Built once (the fork server does it before forking kernel workers): OpInfo's attribute
+    access and its dataclass __eq__ made a scan of the database per lookup cost seconds."""
+    index: dict[str, list] = {}
+    for info in op_db():
+        for key in dict.fromkeys((info.name, info.name.split(".")[-1], info.aten_name)):
+            index.setdefault(key, []).append(info)
+    return index
+
+
+def index_op_db() -> None:
+    """Build the by-name index now (the fork server, before it forks kernel workers)."""
+    _by_name()
+
+
+@functools.lru_cache(maxsize=None)
 def candidates(op: str) -> list:
-    """OpInfos whose samples may call `op`, best first."""
+    """OpInfos whose samples may call `op`, best first (the first name that matches wins,
+    then op_db order)."""
     names = base_names(op)
     wanted = [alias for name in names for alias in _ALIASES.get(name, [])] + names
-    found = []
+    found, seen = [], set()
     for name in wanted:
-        for info in op_db():
-            short = info.name.split(".")[-1]
-            if info not in found and (info.name == name or short == name or info.aten_name == name):
+        for info in _by_name().get(name, []):
+            if id(info) not in seen:
+                seen.add(id(info))
                 found.append(info)
     return found
 
@@ -162,16 +181,45 @@ def _call(info, sample, mode: _Mode) -> None:
 
 def _samples(info, dtype: torch.dtype, mode: _Mode):
     """The OpInfo's samples (a lazy generator: iterate it inside `_seeded(seed)`)."""
-    return itertools.islice(info.sample_inputs("cpu", dtype, requires_grad=mode.grad), SAMPLES_SCANNED)
+    # sample_inputs_func is what info.sample_inputs wraps; the wrapper only adds, outside a
+    # unittest TestCase, two inspect.stack() calls (reading the source line of every frame
+    # of hypothesis' deep stack) and the per-sample reseeding _reseeded does.
+    samples = iter(info.sample_inputs_func(info, "cpu", dtype, mode.grad))
+    return itertools.islice(_reseeded(samples), SAMPLES_SCANNED)
+
+
+def _reseeded(samples):
+    """The samples, each drawn from generators seeded as OpInfo's own iterator seeds them
+    before every sample (common_utils.set_rng_seed(SEED): outside a unittest TestCase it
+    uses SEED, so the values are the same as info.sample_inputs gives), but without
+    torch.manual_seed: on a host without CUDA, XPU or MTIA it captures the Python stack
+    three times for their lazy seeding (traceback.format_stack), which was about half the
+    kernel workers' CPU time.  Samples are made on the CPU, whose generator is the one
+    seeded here."""
+    from torch.testing._internal import common_utils
+
+    while True:
+        torch.default_generator.manual_seed(common_utils.SEED)
+        random.seed(common_utils.SEED)
+        if common_utils.TEST_NUMPY:
+            import numpy
+            numpy.random.seed(common_utils.SEED)
+        try:
+            sample = next(samples)
+        except StopIteration:
+            return
+        yield sample
 
 
 @contextlib.contextmanager
 def _seeded(seed: int):
-    """Seed torch's and Python's generators (sample_inputs draws from both) and put
-    them back after, so hypothesis' own random state is left alone."""
+    """Seed torch's CPU generator and Python's (sample_inputs draws from both) and put
+    them back after, so hypothesis' own random state is left alone.  The CPU generator
+    alone: torch.manual_seed would also queue lazy seeding for absent accelerators, each
+    with a captured stack (see _reseeded)."""
     state = random.getstate()
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.default_generator.manual_seed(seed)
         random.seed(seed)
         try:
             yield
@@ -220,7 +268,7 @@ def sources(op: str, dtype: torch.dtype) -> tuple[dict, ...]:
 
 
 def _info(name: str, variant: str):
-    return next(i for i in op_db() if i.name == name and i.variant_test_name == variant)
+    return next(i for i in _by_name().get(name, ()) if i.name == name and i.variant_test_name == variant)
 
 
 def captured_call(op: str, dtype: torch.dtype, source: dict) -> tuple[tuple, dict]:

@@ -253,11 +253,14 @@ def _query(dev: Device, event) -> int:
 
 def query_is_not_ready_behind_busy_work(dev: Device, busy: Busy, a, b, target: int, tries: int = 3) -> None:
     """An event recorded behind busy work is FL_NOT_READY at once, FL_SUCCESS after
-    event_synchronize, and by then the work before the record has run.  A query that
-    comes back ready only after the host slept through most of the busy period (a
-    preempted test process) proves nothing and is tried again.  When the enqueue calls
-    themselves took the busy period every time, the stream runs work at enqueue time:
-    WorkRunsAtEnqueue."""
+    event_synchronize, and by then the work before the record has run.  FL_SUCCESS means
+    the work before the record is complete (fl_abi.h, event_query), so when the query
+    answers it, the memset recorded before the event must already be visible to the idle
+    stream b: a ready answer while that memset is still queued behind the busy work is
+    caught by the bytes, whatever the host's load.  A ready answer with the memset done
+    only after the host slept through most of the busy period (a preempted test process)
+    proves nothing and is tried again.  When the enqueue calls themselves took the busy
+    period every time, the stream runs work at enqueue time: WorkRunsAtEnqueue."""
     events = Events(dev)
     ran_at_enqueue = 0
     try:
@@ -271,6 +274,8 @@ def query_is_not_ready_behind_busy_work(dev: Device, busy: Busy, a, b, target: i
             event = events.record(a)
             status = _query(dev, event)
             waited_ms = (time.perf_counter() - started) * 1e3
+            if status == STATUS["FL_SUCCESS"]:
+                _check_ready_means_done(dev, b, target, busy, waited_ms)
             dev.check(dev.api.event_synchronize(event), "event_synchronize")
             if _query(dev, event) != STATUS["FL_SUCCESS"]:
                 raise OrderingError("event_query is not FL_SUCCESS right after event_synchronize returned")
@@ -294,6 +299,17 @@ def query_is_not_ready_behind_busy_work(dev: Device, busy: Busy, a, b, target: i
     finally:
         dev.synchronize(a)
         events.destroy()
+
+
+def _check_ready_means_done(dev: Device, b, target: int, busy: Busy, waited_ms: float) -> None:
+    """event_query said FL_SUCCESS: the memset(NEW) recorded before the event must have run.
+    Read on the idle stream b, before anything synchronizes stream a."""
+    seen = dev.read(b, target, 0, PROBE_BYTES)
+    if seen != bytes([NEW]) * PROBE_BYTES:
+        raise OrderingError(
+            f"event_query returned FL_SUCCESS {waited_ms:.1f} ms after the event was recorded behind "
+            f"{busy.host_ms:.0f} ms of copies, but the memset({NEW:#x}) recorded before the event had not run "
+            f"(stream b read {_describe(seen)}): an event is complete only when the stream reached it")
 
 
 def rerecorded_event_moves(dev: Device, busy: Busy, a, b, target: int, rounds: int = 3) -> None:

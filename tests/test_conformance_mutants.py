@@ -134,6 +134,13 @@ MUTANTS = [
            "    uint64_t target = e->recorded ? 1 : 0;\n    int done = e->completed >= target;",
            "event_query_is_not_ready or rerecorded", "streams",
            {"test_rerecorded_event_moves_what_waits_wait_for"}, "waited for an earlier record"),
+    Mutant("event-query-ready-behind-pending-work", "src/driver/event.c",
+           "    st = e->completed >= e->recorded ? FL_SUCCESS : FL_NOT_READY;",
+           "    st = FL_SUCCESS;",   # every query answers ready, pending work or not
+           # Not the state machine: it learns from a ready answer rather than checking it, and then
+           # fails (or not) wherever the stale knowledge happens to show.
+           "event_query_is_not_ready or fifo_order", "streams",
+           {"test_event_query_is_not_ready_behind_busy_work"}, "had not run"),
     Mutant("free-returns-a-neighbours-page-to-the-host", "src/driver/memory.c",
            "    uint64_t lo = (b->start + pg - 1) & ~(pg - 1);",
            "    uint64_t lo = b->start & ~(pg - 1);",   # rounds down into the page a live neighbour shares
@@ -147,6 +154,14 @@ MUTANTS = [
            "    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);",
            "    uint32_t k0 = (uint32_t)seed, k1 = 0;",
            "(uniform_ or neg-) and float32 and not robust", "kernels", {"uniform_"}, "seed bit(s) 32..62"),
+    Mutant("matmul-leaves-output-unwritten-for-empty-inner-dimension", "src/kernels/matmul.c",
+           "        scale_zero(C, es, beta);",
+           "        (void)scale_zero;",   # k = 0: the output keeps whatever the device memory held
+           "(mm- or bmm-) and float32 and not robust", "kernels", {"mm", "bmm"}, "empty inner dimension"),
+    Mutant("tiled-copy-drops-partial-edge-tiles", "src/kernels/copy.c",
+           "            for (int64_t j0 = 0; j0 < sz[in]; j0 += TILE) {",
+           "            for (int64_t j0 = 0; j0 + TILE <= sz[in]; j0 += TILE) {",
+           "(copy_- or neg-) and (float32 or int64) and not robust", "kernels", {"copy_"}, "transposed source"),
     Mutant("matmul-ignores-transpose-of-aligned-column-major-b", "src/kernels/matmul.c",
            "            st = ref_gemm(a, dt, oa.trans, ob.trans, m, n, k, alpha, oa.p, oa.ld, ob.p, ob.ld, beta,\n"
            "                          C->p, ldc);",

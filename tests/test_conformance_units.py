@@ -492,3 +492,79 @@ def test_derived_inputs_are_what_the_op_gives_for_the_case_inputs():
                            "output": 1}}
     want = torch.ops.aten.max_pool2d_with_indices(recipes.materialize(x), [2, 2])[1]
     assert torch.equal(recipes.materialize(derived), want)
+
+
+def _flat(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value.detach()]
+    if isinstance(value, (list, tuple)):
+        return [x for item in value for x in _flat(item)]
+    if isinstance(value, dict):
+        return [x for key in sorted(value) for x in _flat(value[key])]
+    return [repr(value)]
+
+
+@pytest.mark.parametrize("name", ["logit", "nn.functional.max_pool2d", "gather", "nn.functional.layer_norm"])
+def test_opinfo_samples_are_the_ones_sample_inputs_gives(name):
+    """opinfo_cases draws samples without info.sample_inputs' stack inspection and
+    torch.manual_seed's stack capture; the values must stay what sample_inputs gives."""
+    import itertools
+
+    from conformance import opinfo_cases
+
+    info = next(i for i in opinfo_cases.op_db() if i.name == name)
+    for grad in (False, True):
+        with opinfo_cases._seeded(3):
+            expected = _flat([(s.input, s.args, s.kwargs) for s in
+                              itertools.islice(info.sample_inputs("cpu", F32, requires_grad=grad), 30)])
+            after_expected = torch.rand(4)
+        with opinfo_cases._seeded(3):
+            got = _flat([(s.input, s.args, s.kwargs) for s in
+                         itertools.islice(opinfo_cases._samples(info, F32, opinfo_cases._Mode(grad, False)), 30)])
+            after_got = torch.rand(4)
+        assert len(got) == len(expected) > 0
+        for g, e in zip(got, expected):
+            assert torch.equal(g, e) if isinstance(e, torch.Tensor) else g == e
+        assert torch.equal(after_got, after_expected)   # the generator is left where sample_inputs left it
+
+
+def test_opinfo_candidates_index_matches_a_scan_of_op_db():
+    from conformance import opinfo_cases
+
+    for op in ("add.Tensor", "convolution", "max_pool2d_with_indices_backward", "index.Tensor", "pow.Tensor_Scalar",
+               "native_layer_norm_backward", "_foreach_addcdiv_.Scalar", "where.self"):
+        names = opinfo_cases.base_names(op)
+        wanted = [a for n in names for a in opinfo_cases._ALIASES.get(n, [])] + names
+        scanned = []
+        for n in wanted:
+            for info in opinfo_cases.op_db():
+                if (info.name == n or info.name.split(".")[-1] == n or info.aten_name == n) and \
+                        all(info is not s for s in scanned):
+                    scanned.append(info)
+        assert [id(i) for i in opinfo_cases.candidates(op)] == [id(i) for i in scanned], op
+
+
+def test_fork_server_warm_up_loads_no_plugin_and_starts_no_thread(python):
+    """What the fork server prepares before forking kernel workers (conformance.forkserver:
+    worker modules, hypothesis' state, cffi types) must not load a plugin (its device memory
+    mapping would be shared by every worker) nor leave a thread that fork would not copy."""
+    result = python("""
+        import threading
+        from conformance import forkserver
+        forkserver._warm_up()
+        forkserver._warm_up_opinfo()
+        forkserver._warm_up_workers()
+        maps = open('/proc/self/maps').read()
+        assert 'libfl_' not in maps, [l for l in maps.splitlines() if 'libfl_' in l][:3]
+        assert threading.active_count() == 1, threading.enumerate()
+        import sys
+        assert 'conformance.kernel_checks' in sys.modules and 'fl_runtime.plugins.loader' in sys.modules
+        import os, gc
+        pid = forkserver._fork()
+        if pid == 0:
+            from conformance.opinfo_cases import candidates
+            os._exit(0 if candidates('convolution') else 1)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        print('ok')
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

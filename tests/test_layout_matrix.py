@@ -57,3 +57,24 @@ def test_every_ci_case_is_a_call_pytorch_cpu_accepts(op):
         assert tensors and all(t.dtype == torch.float32 for t in tensors)
         outputs = cpu_reference(plan, values)
         assert outputs and all(o.numel() > 0 for o in outputs if isinstance(o, torch.Tensor))
+
+
+@pytest.mark.parametrize("op", ["mm", "bmm"])
+def test_matmul_gets_an_empty_inner_dimension_whose_product_is_zeros(op):
+    case = layout_matrix.empty_inner_dimension(op, torch.float32)
+    plan = compile_plan(op)
+    values = schema_values(plan, case)
+    assert [t.shape[-1] for t in values[:1]] == [0]
+    (out,) = cpu_reference(plan, values)
+    assert out.numel() > 0 and not out.any()
+    assert layout_matrix.empty_inner_dimension("add.Tensor", torch.float32) is None
+
+
+def test_copy_gets_a_transposed_source_larger_than_a_tile():
+    case = layout_matrix.transposed_copy("copy_", torch.float32)
+    plan = compile_plan("copy_")
+    target, source = schema_values(plan, case)[:2]
+    assert source.shape == target.shape == (19, 21) and source.stride() == (1, 19) and target.is_contiguous()
+    (out,) = cpu_reference(plan, schema_values(plan, case))
+    assert torch.equal(out, source)
+    assert layout_matrix.transposed_copy("add.Tensor", torch.float32) is None

@@ -45,7 +45,8 @@ typedef struct fe_spec {
                 break;                                                                       \
             }                                                                                \
             case FE_ADDCMUL_SCALAR: v = v + s * ELEM(T, a, i) * ELEM(T, b, i); break;        \
-            case FE_ADDCDIV_SCALAR: v = v + s * (ELEM(T, a, i) / ELEM(T, b, i)); break;      \
+            case FE_ADDCDIV_SCALAR: /* (s * a) / b, ATen's order: 0 * a / tiny is 0, not NaN */ \
+                v = v + s * ELEM(T, a, i) / ELEM(T, b, i); break;                            \
             case FE_SQRT_: v = (T)sqrt(v); break;                                            \
             case FE_SQRT_OUT: ELEM(T, a, i) = (T)sqrt(v); continue;                          \
             }                                                                                \
