@@ -4,8 +4,8 @@
 reference plugin's C sources are compiled here with the SDK's own builder
 (fl_sdk/build.py reads reference_vendor/plugin.yaml) into the package being
 built; an editable install compiles it in place, as `make build` does.
-A wheel also carries the ABI header's generated out-of-line cffi module
-(fl_runtime/abi/outofline.py), so even the first `import torch` parses no C; an
+A wheel also carries the generated out-of-line cffi modules of the ABI header
+and of DLPack (fl_runtime/abi/outofline.py, dlpack.py), so even the first `import torch` parses no C; an
 editable install generates it into the user's cache on its first import instead.
 Everything else about the package is in pyproject.toml.
 """
@@ -44,11 +44,13 @@ def _write_abi_module(build_lib: Path) -> None:
     Loaded by path: importing fl_runtime would import torch, which the build environment lacks.
     A wheel without it still works (the first import generates it into the user's cache)."""
     abi = ROOT / "fl_runtime" / "abi"
-    header, outofline = (_load_by_path(abi / f"{name}.py") for name in ("header", "outofline"))
+    header, outofline, dlpack = (_load_by_path(abi / f"{name}.py") for name in ("header", "outofline", "dlpack"))
     text = (ROOT / "fl_sdk" / "include" / "fl_abi.h").read_text(encoding="utf-8")
-    target = build_lib / "fl_runtime" / "abi" / outofline.PACKAGED.name
-    if outofline.write_module(header.cdef_region(text), target):
-        print(f"torch-fl: generated the ABI module {target}")
+    # the header's declarations, and DLPack's (devices/storage.py): every C text a start-up reads
+    for region, name in ((header.cdef_region(text), outofline.PACKAGED.name), (dlpack.CDEF, dlpack.PACKAGED.name)):
+        target = build_lib / "fl_runtime" / "abi" / name
+        if outofline.write_module(region, target):
+            print(f"torch-fl: generated the cffi module {target}")
 
 
 def _load_by_path(path: Path):

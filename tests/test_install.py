@@ -78,16 +78,19 @@ def test_plain_install_lacks_the_sdk_extras(plain_venv, tmp_path):
 
 
 def test_the_wheel_carries_the_generated_abi_module(plain_venv, tmp_path):
-    """setup.py writes the header's out-of-line cffi module into the wheel: the first start-up
-    parses no C and writes nothing to the user's cache (fl_runtime/abi/outofline.py)."""
+    """setup.py writes the out-of-line cffi modules of the header and of DLPack into the wheel:
+    the first start-up parses no C and writes nothing to the user's cache
+    (fl_runtime/abi/outofline.py, dlpack.py)."""
     python, env = plain_venv
     code = textwrap.dedent("""
         import json, os, torch, torch_fl
         from fl_runtime import abi
-        from fl_runtime.abi import outofline
+        from fl_runtime.abi import dlpack, outofline
         from fl_runtime.abi.header import cdef_region
         key = outofline.module_key(cdef_region(abi.HEADER_PATH.read_text()))
-        print(json.dumps({"verified": outofline.read_verified(outofline.PACKAGED, key) is not None,
+        print(json.dumps({"verified": outofline.read_verified(outofline.PACKAGED, key) is not None and
+                                      outofline.read_verified(dlpack.PACKAGED, outofline.module_key(dlpack.CDEF))
+                                      is not None,
                           "cache": sorted(os.listdir(outofline.cache_dir())) if outofline.cache_dir().exists()
                           else [], "devices": torch.fl.device_count()}))
     """)

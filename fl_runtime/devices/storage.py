@@ -28,22 +28,12 @@ import threading
 
 import torch
 
+from fl_runtime.abi import dlpack
 from fl_runtime.abi.outofline import load_ffi
 from fl_runtime.logs import logger
 
-# DLPack's C structs (the DLPack standard, v0.8 layout), not part of our ABI, and the C
-# library's allocator, for memory PyTorch reads after Python may have gone (see above).  Loaded
-# like the ABI's declarations (abi/outofline.py): parsing them at every start-up cost ~0.1 s.
-_dl = load_ffi("""
-typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
-typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
-typedef struct { void *data; DLDevice device; int32_t ndim; DLDataType dtype;
-                 int64_t *shape; int64_t *strides; uint64_t byte_offset; } DLTensor;
-typedef struct DLManagedTensor { DLTensor dl_tensor; void *manager_ctx;
-                                 void (*deleter)(struct DLManagedTensor *); } DLManagedTensor;
-void *malloc(size_t size);
-void free(void *ptr);
-""")
+# DLPack's structs and the C library's allocator (abi/dlpack.py says why they are here).
+_dl = load_ffi(dlpack.CDEF, dlpack.PACKAGED)
 _libc = _dl.dlopen(None)
 _DELETER_OFFSET = _dl.offsetof("DLManagedTensor", "deleter")
 _KDL_EXT_DEV = 12
