@@ -38,10 +38,14 @@ demo: build
 # The PyTorch-next run (mostly a 5.5 GB install, then a few minutes of tests) overlaps the
 # main suite; its log is printed when both are done, and either failing fails `make test`.
 NEXT_LOG ?= $(NEXT_VENV).log
+# pytest-xdist workers for the main suite; whole test files go to one worker (--dist loadfile), so
+# a module's fixtures (the conformance run, the plugin builds) are made once.  TEST_WORKERS=0 runs
+# it in one process.
+TEST_WORKERS ?= 2
 test: build
 	@rm -f $(NEXT_LOG)
 	@$(MAKE) --no-print-directory test-torch-next > $(NEXT_LOG) 2>&1 & next=$$!; \
-	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q --durations=25; main=$$?; \
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25; main=$$?; \
 	wait $$next; nextrc=$$?; \
 	echo "---- PyTorch $(NEXT_TORCH) run, exit status $$nextrc (log: $(NEXT_LOG))"; cat $(NEXT_LOG); \
 	test $$main -eq 0 && test $$nextrc -eq 0
