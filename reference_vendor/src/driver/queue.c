@@ -44,6 +44,11 @@ static uint64_t now_ns(void) {
  * through fl_reference_kernel_time_ns(); not part of the ABI. */
 static uint64_t kernel_time_ns;
 
+/* Nanoseconds FL_REFERENCE_SLOWDOWN made workers sleep after kernels (below), read
+ * through fl_reference_slowdown_ns(): the tests tell a slowed device from a loaded
+ * host with it.  Not part of the ABI either. */
+static uint64_t slowdown_ns;
+
 /* FL_REFERENCE_SLOWDOWN="1,4": a factor per device index (here device 1 runs 4x
  * slower; missing entries are 1).  Models chips of different speeds for
  * mixed-speed training (README "Distributed training"): after a kernel that took
@@ -73,6 +78,7 @@ static void slow_down(int32_t device, uint64_t took_ns) {
     if (device < 0 || device >= SLOWDOWN_MAX_DEVICES || g_slowdown[device] <= 1.0)
         return;
     uint64_t extra = (uint64_t)((g_slowdown[device] - 1.0) * (double)took_ns);
+    __atomic_fetch_add(&slowdown_ns, extra, __ATOMIC_RELAXED);
     struct timespec ts = {(time_t)(extra / 1000000000ull), (long)(extra % 1000000000ull)};
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
     }
@@ -93,14 +99,18 @@ static fl_status run_kernel(drv_queue *q, const drv_task *t, flk_ctx *ctx) {
     uint64_t start = now_ns();
     fl_status st = fn ? fn(t->u.kernel.args, t->u.kernel.nargs, ctx)
                       : flk_kernel_fail(ctx, "the kernel table has no function for it");
-    slow_down(q->device, now_ns() - start);
-    __atomic_fetch_add(&kernel_time_ns, now_ns() - start, __ATOMIC_RELAXED);
+    uint64_t took = now_ns() - start;      /* the kernel alone, before any slowdown sleep */
+    __atomic_fetch_add(&kernel_time_ns, took, __ATOMIC_RELAXED);
+    slow_down(q->device, took);
     free(t->u.kernel.args);
     return st;
 }
 
 __attribute__((visibility("default"))) uint64_t fl_reference_kernel_time_ns(void);
 uint64_t fl_reference_kernel_time_ns(void) { return __atomic_load_n(&kernel_time_ns, __ATOMIC_RELAXED); }
+
+__attribute__((visibility("default"))) uint64_t fl_reference_slowdown_ns(void);
+uint64_t fl_reference_slowdown_ns(void) { return __atomic_load_n(&slowdown_ns, __ATOMIC_RELAXED); }
 
 static fl_status run_task(drv_queue *q, const drv_task *t, flk_ctx *ctx) {
     switch (t->kind) {
