@@ -12,6 +12,12 @@ Protocol, one JSON object per line: the client writes {"id": n, "target":
 arguments; the server imports it by name, so it depends on no caller); the server answers
 {"id": n, "pid": p} at once and {"id": n, "exit": code} when the worker ends
 (code < 0: killed by that signal).
+
+Both ends read the pipes through _LineReader, never `select` + `readline` on a
+buffered file: readline may pull two lines into the file's buffer, `select` then
+sees an empty descriptor and waits for ever for the line already read (the
+client, waiting for a worker's pid while it sat in that buffer, hung a
+conformance run).
 """
 from __future__ import annotations
 
@@ -22,6 +28,34 @@ import os
 import select
 import subprocess
 import sys
+import time
+
+
+class _LineReader:
+    """Whole lines from a pipe's descriptor, with its own buffer, so that "is a line
+    ready?" asks the buffer first and the descriptor only when the buffer has none."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buffer = b""
+        self.closed = False
+
+    def read_line(self, timeout: float | None) -> str | None:
+        """The next line (without its newline); None when none came within timeout
+        (None: wait as long as it takes) or the writer closed the pipe (then `closed`)."""
+        while b"\n" not in self._buffer:
+            if self.closed:
+                return None
+            ready, _, _ = select.select([self.fd], [], [], timeout)
+            if not ready:
+                return None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                self.closed = True
+                continue
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
 
 
 class ForkServer:
@@ -33,6 +67,7 @@ class ForkServer:
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self.process = subprocess.Popen([sys.executable, "-m", "conformance.forkserver"], env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self._replies = _LineReader(self.process.stdout.fileno())
         self.pids: dict[int, int] = {}          # worker id -> pid, while the worker runs
         self._exits: list[tuple[int, int]] = []
         self._spawned: set[int] = set()
@@ -73,12 +108,11 @@ class ForkServer:
         self.process.wait(timeout=30)
 
     def _read_line(self, timeout: float | None) -> bool:
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-        if not ready:
+        line = self._replies.read_line(timeout)
+        if line is None and self._replies.closed:
+            raise RuntimeError(f"the conformance fork server died (exit status {self.process.wait()})")
+        if line is None:
             return False
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the conformance fork server died (exit status {self.process.poll()})")
         message = json.loads(line)
         if "pid" in message:
             self.pids[message["id"]] = message["pid"]
@@ -163,35 +197,39 @@ def _fork() -> int:
 
 def _serve() -> None:
     _warm_up()
-    opinfo_ready = False
-
     out = sys.stdout
     children: dict[int, int] = {}   # pid -> request id
-    stdin_open = True
-    while stdin_open or children:
-        ready, _, _ = select.select([sys.stdin] if stdin_open else [], [], [], 0.02)
-        if ready:
-            line = sys.stdin.readline()
-            if not line:
-                stdin_open = False
-            else:
-                request = json.loads(line)
-                if not request.get("light") and not opinfo_ready:
-                    _warm_up_opinfo()
-                    _warm_up_workers()
-                    opinfo_ready = True
-                pid = _fork()
-                if pid == 0:
-                    _child(request["target"], request["args"])
-                children[pid] = request["id"]
-                out.write(json.dumps({"id": request["id"], "pid": pid}) + "\n")
-                out.flush()
-        while children:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+    requests = _LineReader(sys.stdin.fileno())
+    workers_ready = False
+    while not requests.closed or children:
+        line = requests.read_line(timeout=0.02)
+        if line is not None:
+            request = json.loads(line)
+            if not request.get("light") and not workers_ready:
+                _warm_up_opinfo()
+                _warm_up_workers()
+                workers_ready = True
+            pid = _fork()
             if pid == 0:
-                break
-            out.write(json.dumps({"id": children.pop(pid), "exit": os.waitstatus_to_exitcode(status)}) + "\n")
-            out.flush()
+                _child(request["target"], request["args"])
+            children[pid] = request["id"]
+            _reply(out, {"id": request["id"], "pid": pid})
+        elif requests.closed:
+            time.sleep(0.02)            # the client left: only reap the last workers
+        _reap(out, children)
+
+
+def _reply(out, message: dict) -> None:
+    out.write(json.dumps(message) + "\n")
+    out.flush()
+
+
+def _reap(out, children: dict[int, int]) -> None:
+    while children:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            return
+        _reply(out, {"id": children.pop(pid), "exit": os.waitstatus_to_exitcode(status)})
 
 
 def _child(target: str, args: list) -> None:

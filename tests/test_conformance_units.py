@@ -568,3 +568,34 @@ def test_fork_server_warm_up_loads_no_plugin_and_starts_no_thread(python):
         print('ok')
     """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+def test_fork_server_client_reads_replies_that_arrive_in_one_chunk(python):
+    """A worker's exit and the next worker's pid can reach the client in one read; the
+    client must then not wait on the (empty) pipe for the pid it already holds (it did,
+    for ever: select() on a buffered file, a conformance run that hung)."""
+    result = python("""
+        import subprocess, sys
+        from conformance.forkserver import ForkServer, _LineReader
+        fake = ('import sys, os\\n'
+                'sys.stdin.readline()\\n'
+                'os.write(1, b\\'{"id": 7, "exit": -11}\\\\n{"id": 1, "pid": 4242}\\\\n\\')\\n'
+                'sys.stdin.readline()\\n')
+        server = ForkServer.__new__(ForkServer)
+        server.target, server.pids, server._exits, server._spawned, server._next = "m:f", {7: 1}, [], set(), 0
+        server.process = subprocess.Popen([sys.executable, "-c", fake], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, text=True, bufsize=1)
+        server._replies = _LineReader(server.process.stdout.fileno())
+        assert server.spawn([]) == 1 and server.pids == {1: 4242}
+        assert server.exits(timeout=0) == [(7, -11)]
+        server.process.stdin.close()
+        assert server.process.wait(timeout=10) == 0
+        try:
+            server.exits(timeout=5)
+        except RuntimeError as exc:
+            assert "fork server died" in str(exc), exc
+        else:
+            raise AssertionError("a closed reply pipe went unnoticed")
+        print("ok")
+    """, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
