@@ -1,6 +1,7 @@
 """Cases for the optimizer kernels a plugin may offer: PyTorch's fused steps
 (`_fused_adam_`, `_fused_adamw_`, `_fused_sgd_`, each also `.tensor_lr`) and the
-tensor-list ops its foreach paths call (`_foreach_mul_.Scalar`, ...).
+tensor-list ops its foreach paths call (`_foreach_mul_.Scalar`, ...,
+`_foreach_div_.ScalarList`).
 
 They return nothing: conformance.numerics judges the lists the schema lets them
 write (`Tensor(a!)[]`) against PyTorch CPU's, entry by entry.  Every list holds
@@ -104,6 +105,18 @@ def _foreach(n_operands: int, scalar_name: str | None, scalar_kwarg: bool = Fals
     return generate
 
 
+def _foreach_scalarlist(n_operands: int):
+    """_foreach_<op>_.ScalarList(self[], operands[]..., scalars): entry k's own scalar (AdamW's
+    per-parameter bias corrections); ints among them, as a Scalar[] may hold."""
+    def generate(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+        shapes = _shapes(draw)
+        args = [_list(draw, shapes, dtype, mutable=True)]
+        args += [_list(draw, shapes, dtype) for _ in range(n_operands)]
+        scalars = [draw(st.sampled_from([2.0, -0.5, 1.0, 0.25, 0.9, 3, 1e-3, -7])) for _ in shapes]
+        return args + [scalars], {}
+    return generate
+
+
 def _sqrt_out(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
     shapes = _shapes(draw)
     return [_list(draw, shapes, dtype, non_negative=True)], {"out": _list(draw, shapes, dtype, mutable=True)}
@@ -122,4 +135,5 @@ OPTIM_GENERATORS = {
     "_foreach_lerp_.Scalar": _foreach(1, "weight"),
     "_foreach_addcmul_.Scalar": _foreach(2, "value"), "_foreach_addcdiv_.Scalar": _foreach(2, "value"),
     "_foreach_sqrt_": _sqrt_, "_foreach_sqrt.out": _sqrt_out,
+    "_foreach_div_.ScalarList": _foreach_scalarlist(0), "_foreach_addcdiv_.ScalarList": _foreach_scalarlist(2),
 }

@@ -23,12 +23,18 @@ from fl_runtime import abi
 from fl_runtime.abi import ffi
 
 # How a schema argument is marshaled when its Python value alone cannot tell.
-TAG_VALUE, TAG_GENERATOR, TAG_INT_LIST, TAG_FLOAT_LIST, TAG_BOOL_LIST, TAG_TENSOR_LIST = range(6)
+# TAG_SCALAR_LIST (`Scalar[]`, printed "List[number]": the foreach ScalarList overloads) travels
+# as FL_ARG_FLOAT_LIST like `float[]`, but its values are data, not layout: optimizers pass new
+# ones every step, so the meta cache and the marshal templates treat it as they treat a float.
+(TAG_VALUE, TAG_GENERATOR, TAG_INT_LIST, TAG_FLOAT_LIST, TAG_BOOL_LIST, TAG_TENSOR_LIST,
+ TAG_SCALAR_LIST) = range(7)
 _LIST_TAGS = {"List[int]": TAG_INT_LIST, "List[SymInt]": TAG_INT_LIST, "List[float]": TAG_FLOAT_LIST,
               "List[bool]": TAG_BOOL_LIST, "List[Tensor]": TAG_TENSOR_LIST,
-              "List[Optional[Tensor]]": TAG_TENSOR_LIST, "Generator": TAG_GENERATOR}
+              "List[Optional[Tensor]]": TAG_TENSOR_LIST, "Generator": TAG_GENERATOR,
+              "List[number]": TAG_SCALAR_LIST}
 _LIST_KINDS = {TAG_INT_LIST: abi.ARG_INT_LIST, TAG_GENERATOR: abi.ARG_INT_LIST, TAG_BOOL_LIST: abi.ARG_BOOL_LIST,
-               TAG_FLOAT_LIST: abi.ARG_FLOAT_LIST, TAG_TENSOR_LIST: abi.ARG_TENSOR_LIST}
+               TAG_FLOAT_LIST: abi.ARG_FLOAT_LIST, TAG_TENSOR_LIST: abi.ARG_TENSOR_LIST,
+               TAG_SCALAR_LIST: abi.ARG_FLOAT_LIST}
 
 
 def unwrap_optional(type_str: str) -> str:
@@ -132,6 +138,15 @@ def put_scalar(arena: Arena, slot: int, value) -> None:
         raise EncodeError(f"cannot pass {type(value).__name__} value {value!r} to a kernel")
 
 
+def scalar_as_double(value) -> float:
+    """One entry of a `Scalar[]` (fl_abi.h: FL_ARG_FLOAT_LIST, each entry a double).  An int a
+    double cannot hold exactly is refused (the call falls back), never rounded."""
+    if isinstance(value, float) or isinstance(value, int) and abs(value) <= 1 << 53:
+        return float(value)
+    raise EncodeError(f"cannot pass {type(value).__name__} value {value!r} in a Scalar[] to a kernel "
+                      "(its entries travel as doubles)")
+
+
 def put_none(arena: Arena, slot: int) -> None:
     ARG_INT.pack_into(arena.mem, slot, abi.ARG_NONE, 0, 0)
 
@@ -150,6 +165,8 @@ def put_list(arena: Arena, slot: int, tag: int, items, tensor: Callable | None =
         struct.pack_into(f"={count}Q", arena.mem, at, *(tensor(t) or 0 for t in items))
     elif tag == TAG_FLOAT_LIST:
         struct.pack_into(f"={count}d", arena.mem, at, *(float(v) for v in items))
+    elif tag == TAG_SCALAR_LIST:
+        struct.pack_into(f"={count}d", arena.mem, at, *map(scalar_as_double, items))
     else:
         struct.pack_into(f"={count}q", arena.mem, at, *(int(v) for v in items))
     ARG_INT.pack_into(arena.mem, slot, _LIST_KINDS[tag], count, arena.address + at)

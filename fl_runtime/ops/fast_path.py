@@ -101,8 +101,11 @@ class Program:
 
 def eligible(plan: OpPlan) -> bool:
     """Whether an op's calls can get programs: not random ops (a Generator argument and
-    the random state it consumes), nor ops without a tensor argument to give the device."""
-    return bool(plan.tensor_arg_indices or plan.list_tensor_arg_indices) and not plan.has_generator
+    the random state it consumes), nor ops without a tensor argument to give the device,
+    nor ops with a `Scalar[]` argument (value_key keeps a list's floats, and an optimizer
+    passes new ones every step: a program per step)."""
+    return bool(plan.tensor_arg_indices or plan.list_tensor_arg_indices) and not plan.has_generator \
+        and not plan.scalar_list_indices
 
 
 def _plain(t: torch.Tensor) -> bool:

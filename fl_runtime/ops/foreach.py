@@ -8,7 +8,8 @@ ordinary kernels, as it would without a list kernel.  The in-place ops return
 nothing, so the launcher runs them.  An out-of-place one returns a new list
 (`Tensor[]`), which the launcher's output path does not build: here the runtime
 allocates the outputs (allocation only, no launch) and launches the `.out`
-overload, which returns nothing.
+overload, which returns nothing.  The ScalarList overloads take one scalar per
+entry; their Scalar[] travels as a list of doubles (fl_abi.h), patched per call.
 """
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ _IN_PLACE: dict[str, Callable] = {
     "_foreach_addcdiv_.Scalar": lambda self, tensor1, tensor2, value=1: [
         t.addcdiv_(a, b, value=value) for t, a, b in zip(self, tensor1, tensor2)],
     "_foreach_sqrt_": lambda self: [t.sqrt_() for t in self],
+    # Scalar[]: entry k's own scalar (AdamW's per-parameter bias corrections)
+    "_foreach_div_.ScalarList": lambda self, scalars: [t.div_(s) for t, s in zip(self, scalars)],
+    "_foreach_addcdiv_.ScalarList": lambda self, tensor1, tensor2, scalars: [
+        t.addcdiv_(a, b, value=s) for t, a, b, s in zip(self, tensor1, tensor2, scalars)],
 }
 # The launcher must not register these itself: register() below wraps them.
 RUNTIME_OWNED = set(_IN_PLACE)
@@ -52,8 +57,9 @@ def _make_in_place(rt, name: str, per_tensor: Callable) -> Callable:
     launcher = rt.launcher
 
     def kernel(*args, **kwargs) -> None:
-        lists = [a for a in args if isinstance(a, (list, tuple))]
+        lists = [a for a in args if isinstance(a, (list, tuple)) and not _is_scalar_list(a)]
         _check_lengths(name, lists)
+        _check_scalar_lengths(name, lists[0], [a for a in args if isinstance(a, (list, tuple)) and _is_scalar_list(a)])
         if _fast_route(launcher, name, lists):
             launcher.launch(name, args, kwargs)
         else:
@@ -70,6 +76,19 @@ def _check_lengths(name: str, lists: list) -> None:
     if any(len(other) != len(lists[0]) for other in lists[1:]):
         raise RuntimeError(f"{name}: Tensor lists must have the same number of tensors, got "
                            f"{', '.join(str(len(other)) for other in lists)}.")
+
+
+def _is_scalar_list(value) -> bool:
+    """A Scalar[] argument (its entries are numbers), not a tensor list."""
+    return bool(value) and not isinstance(value[0], torch.Tensor)
+
+
+def _check_scalar_lengths(name: str, tensors: list, scalar_lists: list) -> None:
+    """PyTorch's check for the ScalarList overloads: a zip would drop the extra entries."""
+    for scalars in scalar_lists:
+        if len(scalars) != len(tensors):
+            raise RuntimeError(f"{name}: Tensor list must have same number of elements as scalar list, got "
+                               f"{len(tensors)} tensors and {len(scalars)} scalars.")
 
 
 def _fast_route(launcher, name: str, lists: list) -> bool:

@@ -7,18 +7,20 @@ returns, so the arena is reused by the next launch on the same thread.
 
 The first launch of an input signature (shapes, strides, dtypes, ints) records
 a template: the arena's bytes plus the sites that change from call to call
-(tensor addresses, float scalars, wrapped numbers, random state).  Later
+(tensor addresses, float scalars and `Scalar[]` entries, wrapped numbers,
+random state).  Later
 launches of the signature copy the bytes and patch those sites only.
 """
 from __future__ import annotations
 
+import struct
 import threading
 
 import torch
 
 from fl_runtime.abi import convention as cv
 from fl_runtime.abi.convention import (ARG_FLOAT, ARG_SIZE, BASE_AND_OFFSET, BASE_OFFSET, INT64S, TAG_GENERATOR,
-                                       TAG_INT_LIST, TAG_VALUE, Arena, ArenaFull)
+                                       TAG_INT_LIST, TAG_SCALAR_LIST, TAG_VALUE, Arena, ArenaFull)
 from fl_runtime.abi import ARG_FLOAT as _KIND_FLOAT
 from fl_runtime.ops.schema import OpPlan
 
@@ -51,6 +53,10 @@ def _value(arena: Arena, slot: int, tag: int, value, sites: list, source: int) -
         cv.put_scalar(arena, slot, value.item())     # PyTorch's wrapped numbers travel as scalars
         sites.append((_SITE_WRAPPED, slot, source, 0))
         return
+    if tag == TAG_SCALAR_LIST and isinstance(value, (list, tuple)):
+        at = cv.put_list(arena, slot, tag, value)     # entries patched per call, like a float
+        sites.append((_SITE_SCALAR_LIST, at, source, 0))
+        return
     listed = [0]
 
     def tensor(t) -> int | None:
@@ -71,7 +77,7 @@ def _value(arena: Arena, slot: int, tag: int, value, sites: list, source: int) -
 
 
 # Sites a template patches on every launch: (kind, byte offset in the arena, value index, list index)
-_SITE_TENSOR, _SITE_LIST_TENSOR, _SITE_OUTPUT, _SITE_FLOAT, _SITE_WRAPPED, _SITE_RNG = range(6)
+_SITE_TENSOR, _SITE_LIST_TENSOR, _SITE_OUTPUT, _SITE_FLOAT, _SITE_WRAPPED, _SITE_RNG, _SITE_SCALAR_LIST = range(7)
 
 
 class Template:
@@ -179,6 +185,9 @@ def _replay_sites(sites: tuple, arena: Arena, values: list, outputs: list, take_
             ARG_FLOAT.pack_into(mem, at, _KIND_FLOAT, 0, values[i])
         elif kind == _SITE_WRAPPED:
             cv.put_scalar(arena, at, values[i].item())
+        elif kind == _SITE_SCALAR_LIST:      # the signature fixed its length (meta_cache.py)
+            scalars = values[i]
+            struct.pack_into(f"={len(scalars)}d", mem, at, *map(cv.scalar_as_double, scalars))
         else:
             numel = sum(o.numel() for o in outputs if o is not None)
             INT64S[2].pack_into(mem, at, *take_rng(numel))

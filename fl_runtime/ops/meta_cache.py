@@ -4,8 +4,9 @@ Running the meta kernel costs tens of microseconds, so results are cached per
 op and input signature (shapes, strides, dtypes and non-tensor arguments):
 a training loop repeats the same signatures, so steady state is one dict hit.
 Float scalars are left out of the signature (their value never changes an
-output's layout, and optimizers pass a new one every step); float lists stay
-in (upsampling scales do change layouts).  Each signature's entry also holds
+output's layout, and optimizers pass a new one every step), and so are the
+values of `Scalar[]` arguments (the foreach ScalarList overloads'); `float[]`
+lists stay in (upsampling scales do change layouts).  Each signature's entry also holds
 the marshaler's template for it (see marshal.py).
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from fl_runtime.devices.storage import storage_nbytes
-from fl_runtime.abi.convention import TAG_GENERATOR
+from fl_runtime.abi.convention import TAG_GENERATOR, TAG_SCALAR_LIST
 from fl_runtime.ops.schema import OpPlan
 
 OutputSpec = tuple  # (shape, stride, dtype, storage bytes), or None for an undefined output
@@ -74,12 +75,24 @@ class OutputSpecCache:
 
     def lookup(self, values: list) -> SignatureEntry:
         key = tuple(map(_key_of, values))      # map: no generator frame per value (hot path)
+        if self.plan.scalar_list_indices:
+            key = self._without_scalar_values(key, values)
         entry = self._memo.get(key)
         if entry is None:
             # Threads: a miss runs the meta kernel outside any lock; if two threads miss
             # at once, setdefault keeps the first entry and both use it.
             entry = self._memo.setdefault(key, SignatureEntry(self._run_meta(values)))
         return entry
+
+    def _without_scalar_values(self, key: tuple, values: list) -> tuple:
+        """A `Scalar[]` argument (abi/convention.py, TAG_SCALAR_LIST) keyed by its length and
+        entry types, as a float scalar is keyed by its type: optimizers pass new values every
+        step, and a template patches them (marshal.py)."""
+        key = list(key)
+        for i in self.plan.scalar_list_indices:
+            value = values[i]
+            key[i] = (TAG_SCALAR_LIST, tuple(map(type, value))) if isinstance(value, (list, tuple)) else key[i]
+        return tuple(key)
 
     def _run_meta(self, values: list) -> tuple[OutputSpec, ...]:
         plan = self.plan

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fl_runtime.abi.convention import TAG_GENERATOR, TAG_TENSOR_LIST, tag_of, unwrap_optional
+from fl_runtime.abi.convention import TAG_GENERATOR, TAG_SCALAR_LIST, TAG_TENSOR_LIST, tag_of, unwrap_optional
 
 _NO_DEFAULT = object()
 
@@ -42,6 +42,7 @@ class OpPlan:
     has_generator: bool
     out_returns: tuple[bool, ...]     # per return: is it an out= argument (resized to fit)?
     written_arg_indices: frozenset[int] = frozenset()   # arguments the op writes (Tensor(a!), Tensor(a!)[])
+    scalar_list_indices: tuple[int, ...] = ()   # `Scalar[]` arguments: data, not layout (abi/convention.py)
 
     def normalize(self, args: tuple, kwargs: dict) -> list:
         """Schema-ordered values of every argument, defaults filled in."""
@@ -84,7 +85,8 @@ def compile_plan(name: str) -> OpPlan:
                   has_generator=any(s.tag == TAG_GENERATOR for s in specs),
                   out_returns=tuple(i is not None and specs[i].kwarg_only for i in returns_alias),
                   written_arg_indices=frozenset(i for i, a in enumerate(schema.arguments)
-                                                if a.alias_info is not None and a.alias_info.is_write))
+                                                if a.alias_info is not None and a.alias_info.is_write),
+                  scalar_list_indices=tuple(i for i, s in enumerate(specs) if s.tag == TAG_SCALAR_LIST))
 
 
 _NUMBER_TYPES = (bool, int, float, complex)

@@ -137,7 +137,10 @@ typedef struct fl_device_properties {
  * Strides and storage_offset are in elements; data starts at
  * base + byte_offset and may be arbitrarily (mis)aligned for the dtype.
  * Scalars arrive as FL_ARG_INT / FL_ARG_FLOAT / FL_ARG_BOOL; a ScalarType
- * argument as FL_ARG_INT holding an fl_dtype.  A `Generator?` argument arrives
+ * argument as FL_ARG_INT holding an fl_dtype.  A `Scalar[]` argument (the
+ * foreach ScalarList overloads) arrives as FL_ARG_FLOAT_LIST, every entry as a
+ * double (ints and bools converted; an int a double cannot hold exactly, or a
+ * complex entry, never reaches a kernel: the runtime runs that call elsewhere).  A `Generator?` argument arrives
  * as FL_ARG_INT_LIST {seed, offset}: kernels draw from a counter-based
  * generator keyed by seed at counter offset + element index, so results are
  * reproducible and the runtime, not the plugin, owns the RNG state.

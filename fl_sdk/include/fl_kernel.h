@@ -448,6 +448,9 @@ fl_status flk_get_opt_int_list(const flk_args *a, uint32_t i, const char *name, 
                                const int64_t **vals, uint32_t *count);
 fl_status flk_get_bool_list(const flk_args *a, uint32_t i, const char *name,
                             const int64_t **vals, uint32_t *count);
+/* float[] and Scalar[]: FLOAT_LIST (fl_abi.h: a Scalar[]'s entries arrive as doubles) */
+fl_status flk_get_double_list(const flk_args *a, uint32_t i, const char *name,
+                              const double **vals, uint32_t *count);
 /* Generator?: INT_LIST {seed, offset}; NONE -> {0, 0} (fl_abi.h, "kernel
  * calling convention", says how kernels draw from it) */
 fl_status flk_get_generator(const flk_args *a, uint32_t i, const char *name, uint64_t *seed,

@@ -248,6 +248,18 @@ fl_status flk_get_bool_list(const flk_args *a, uint32_t i, const char *name,
     return wrong_kind(a, i, name, "a bool list");
 }
 
+fl_status flk_get_double_list(const flk_args *a, uint32_t i, const char *name,
+                              const double **vals, uint32_t *count) {
+    if (i < a->nargs && a->args[i].kind == FL_ARG_FLOAT_LIST) {
+        if (a->args[i].count > 0 && !a->args[i].value.floats)
+            return flk_fail(a, "argument %u (%s): NULL list", i, name);
+        *vals = a->args[i].value.floats;
+        *count = a->args[i].count;
+        return FL_SUCCESS;
+    }
+    return wrong_kind(a, i, name, "a float list");
+}
+
 fl_status flk_get_generator(const flk_args *a, uint32_t i, const char *name, uint64_t *seed,
                             uint64_t *offset) {
     *seed = 0;

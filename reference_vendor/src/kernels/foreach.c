@@ -2,7 +2,9 @@
  * foreach.c -- the in-place tensor-list ops torch.optim's foreach paths call
  * (_foreach_mul_.Scalar, _foreach_lerp_.Scalar, _foreach_addcmul_.Scalar, ...):
  * one launch updates entry k of `self` from entry k of the other lists, for
- * every k.  _foreach_sqrt.out writes a separate output list; the runtime
+ * every k.  The ScalarList overloads (AdamW's per-parameter bias corrections:
+ * _foreach_div_.ScalarList, _foreach_addcdiv_.ScalarList) take entry k's scalar
+ * from a Scalar[] (fl_abi.h: a FLOAT_LIST of doubles).  _foreach_sqrt.out writes a separate output list; the runtime
  * builds the out-of-place _foreach_sqrt on it (fl_runtime/ops/foreach.py).
  *
  * float32/float64, every list entry k of one dtype and shape; anything else
@@ -16,14 +18,16 @@
 
 typedef enum {
     FE_ADD_SCALAR, FE_MUL_SCALAR, FE_ADD_LIST, FE_LERP_SCALAR, FE_ADDCMUL_SCALAR,
-    FE_ADDCDIV_SCALAR, FE_SQRT_, FE_SQRT_OUT
+    FE_ADDCDIV_SCALAR, FE_SQRT_, FE_SQRT_OUT, FE_DIV_SCALAR
 } fe_op;
+
+enum { FE_NO_SCALAR = 0, FE_ONE_SCALAR = 1, FE_SCALAR_PER_ENTRY = 2 };
 
 typedef struct fe_spec {
     const char *name;
     fe_op op;
     uint32_t nlists;   /* tensor lists first: self, then the operands (or `out` last) */
-    int has_scalar;    /* a Scalar after the lists */
+    int scalars;       /* after the lists: FE_NO_SCALAR, a Scalar, or a Scalar[] (one per entry) */
 } fe_spec;
 
 #define ELEM(T, t, i) (*(T *)flk_element((t), (t), (i)))
@@ -38,6 +42,7 @@ typedef struct fe_spec {
             switch (op) {                                                                    \
             case FE_ADD_SCALAR: v = v + s; break;                                            \
             case FE_MUL_SCALAR: v = v * s; break;                                            \
+            case FE_DIV_SCALAR: v = v / s; break;   /* ATen's div_: a / b, b in T */          \
             case FE_ADD_LIST: v = v + s * ELEM(T, a, i); break;                              \
             case FE_LERP_SCALAR: { /* ATen's lerp: exact at both ends */                      \
                 T end = ELEM(T, a, i);                                                       \
@@ -58,9 +63,8 @@ FE_LOOP(double)
 
 static fl_status fe_read(const fe_spec *spec, flk_args *a, const fl_arg *args, uint32_t nargs,
                          flk_ctx *ctx, const fl_tensor *const *lists[3], uint32_t *n,
-                         double *scalar) {
-    FLK_TRY(flk_args_init(a, spec->name, args, nargs, spec->nlists + (uint32_t)spec->has_scalar,
-                          ctx));
+                         const double **scalars, double *scalar) {
+    FLK_TRY(flk_args_init(a, spec->name, args, nargs, spec->nlists + (spec->scalars ? 1u : 0u), ctx));
     for (uint32_t l = 0; l < spec->nlists; ++l) {
         uint32_t count;
         FLK_TRY(flk_get_tensor_list(a, l, l ? "tensors" : "self", 0, &lists[l], &count));
@@ -70,10 +74,16 @@ static fl_status fe_read(const fe_spec *spec, flk_args *a, const fl_arg *args, u
             return flk_fail(a, "tensor list %u has %u tensors, self %u", l, count, *n);
     }
     *scalar = 1;
-    if (spec->has_scalar) {
+    *scalars = NULL;            /* NULL: every entry takes *scalar */
+    if (spec->scalars == FE_ONE_SCALAR) {
         flk_scalar s;
         FLK_TRY(flk_get_scalar(a, spec->nlists, "scalar", &s));
         *scalar = s.f;
+    } else if (spec->scalars == FE_SCALAR_PER_ENTRY) {
+        uint32_t count;
+        FLK_TRY(flk_get_double_list(a, spec->nlists, "scalars", scalars, &count));
+        if (count != *n)
+            return flk_fail(a, "scalars has %u entries, self %u", count, *n);
     }
     return FL_SUCCESS;
 }
@@ -85,8 +95,9 @@ static fl_status fe_accepts(const fe_spec *spec, const fl_arg *args, uint32_t na
     flk_args a;
     const fl_tensor *const *lists[3] = {NULL, NULL, NULL};
     uint32_t n;
+    const double *scalars;
     double scalar;
-    FLK_TRY(fe_read(spec, &a, args, nargs, ctx, lists, &n, &scalar));
+    FLK_TRY(fe_read(spec, &a, args, nargs, ctx, lists, &n, &scalars, &scalar));
     for (uint32_t k = 0; k < n; ++k) {
         const fl_tensor *x = lists[0][k];
         if (x->dtype != FL_FLOAT32 && x->dtype != FL_FLOAT64)
@@ -108,8 +119,9 @@ static fl_status fe_run(const fe_spec *spec, const fl_arg *args, uint32_t nargs,
     flk_args a;
     const fl_tensor *const *lists[3] = {NULL, NULL, NULL};
     uint32_t n;
+    const double *scalars;
     double scalar;
-    FLK_TRY(fe_read(spec, &a, args, nargs, ctx, lists, &n, &scalar));
+    FLK_TRY(fe_read(spec, &a, args, nargs, ctx, lists, &n, &scalars, &scalar));
     for (uint32_t k = 0; k < n; ++k) {  /* re-checked: a kernel never trusts its caller */
         const fl_tensor *x = lists[0][k];
         if (x->dtype != FL_FLOAT32 && x->dtype != FL_FLOAT64)
@@ -124,26 +136,29 @@ static fl_status fe_run(const fe_spec *spec, const fl_arg *args, uint32_t nargs,
         const fl_tensor *x = lists[0][k];
         const fl_tensor *p = spec->nlists > 1 ? lists[1][k] : NULL;
         const fl_tensor *q = spec->nlists > 2 ? lists[2][k] : NULL;
+        const double s = scalars ? scalars[k] : scalar;
         if (x->dtype == FL_FLOAT32)
-            fe_loop_float(spec->op, x, p, q, scalar);
+            fe_loop_float(spec->op, x, p, q, s);
         else
-            fe_loop_double(spec->op, x, p, q, scalar);
+            fe_loop_double(spec->op, x, p, q, s);
     }
     return FL_SUCCESS;
 }
 
 /* one registration per op: its spec, kernel and launch-time check */
-#define FE_OP(ID, NAME, OP, NLISTS, HAS_SCALAR)                                               \
-    static const fe_spec fe_spec_##ID = {NAME, OP, NLISTS, HAS_SCALAR};                       \
+#define FE_OP(ID, NAME, OP, NLISTS, SCALARS)                                                  \
+    static const fe_spec fe_spec_##ID = {NAME, OP, NLISTS, SCALARS};                          \
     FLK_KERNEL_FN(k_##ID) { return fe_run(&fe_spec_##ID, args, nargs, ctx); }                 \
     FLK_KERNEL_FN(accepts_##ID) { return fe_accepts(&fe_spec_##ID, args, nargs, ctx); }       \
     FLK_REGISTER_ENTRY(NAME, FLK_F32_F64, FL_VARIANT_PRECISE, k_##ID, accepts_##ID)
 
-FE_OP(add_scalar, "_foreach_add_.Scalar", FE_ADD_SCALAR, 1, 1);
-FE_OP(mul_scalar, "_foreach_mul_.Scalar", FE_MUL_SCALAR, 1, 1);
-FE_OP(add_list, "_foreach_add_.List", FE_ADD_LIST, 2, 1);            /* (self, other, *, alpha) */
-FE_OP(lerp_scalar, "_foreach_lerp_.Scalar", FE_LERP_SCALAR, 2, 1);
-FE_OP(addcmul_scalar, "_foreach_addcmul_.Scalar", FE_ADDCMUL_SCALAR, 3, 1);
-FE_OP(addcdiv_scalar, "_foreach_addcdiv_.Scalar", FE_ADDCDIV_SCALAR, 3, 1);
-FE_OP(sqrt_, "_foreach_sqrt_", FE_SQRT_, 1, 0);
-FE_OP(sqrt_out, "_foreach_sqrt.out", FE_SQRT_OUT, 2, 0);             /* (self, *, out) */
+FE_OP(add_scalar, "_foreach_add_.Scalar", FE_ADD_SCALAR, 1, FE_ONE_SCALAR);
+FE_OP(mul_scalar, "_foreach_mul_.Scalar", FE_MUL_SCALAR, 1, FE_ONE_SCALAR);
+FE_OP(add_list, "_foreach_add_.List", FE_ADD_LIST, 2, FE_ONE_SCALAR);  /* (self, other, *, alpha) */
+FE_OP(lerp_scalar, "_foreach_lerp_.Scalar", FE_LERP_SCALAR, 2, FE_ONE_SCALAR);
+FE_OP(addcmul_scalar, "_foreach_addcmul_.Scalar", FE_ADDCMUL_SCALAR, 3, FE_ONE_SCALAR);
+FE_OP(addcdiv_scalar, "_foreach_addcdiv_.Scalar", FE_ADDCDIV_SCALAR, 3, FE_ONE_SCALAR);
+FE_OP(div_scalarlist, "_foreach_div_.ScalarList", FE_DIV_SCALAR, 1, FE_SCALAR_PER_ENTRY);
+FE_OP(addcdiv_scalarlist, "_foreach_addcdiv_.ScalarList", FE_ADDCDIV_SCALAR, 3, FE_SCALAR_PER_ENTRY);
+FE_OP(sqrt_, "_foreach_sqrt_", FE_SQRT_, 1, FE_NO_SCALAR);
+FE_OP(sqrt_out, "_foreach_sqrt.out", FE_SQRT_OUT, 2, FE_NO_SCALAR);   /* (self, *, out) */
