@@ -31,9 +31,9 @@ class OrderingError(AssertionError):
 
 
 class WorkRunsAtEnqueue(Exception):
-    """The plugin's stream ran the busy work inside the enqueue calls (a valid plugin: the
-    vendor template's streams do until the chip's queue is wired), so no work is ever
-    pending and a property about pending work cannot be observed."""
+    """No work was ever found pending: the plugin's stream ran the busy work inside the
+    enqueue calls (a valid plugin: the vendor template's streams do until the chip's queue
+    is wired), or the host was too loaded; a property about pending work cannot be observed."""
 
 
 @dataclass
@@ -145,7 +145,12 @@ def elapsed_time_is_plausible(dev: Device, busy: Busy, stream) -> None:
         dev.synchronize(stream)
         waited_ms = (time.perf_counter() - started) * 1e3
         ms = events.elapsed_ms(first, second)
-        if not (math.isfinite(ms) and busy.host_ms / 4 <= ms <= waited_ms * 1.05 + 1.0):
+        floor_ms = busy.host_ms / 4
+        if math.isfinite(ms) and ms < floor_ms:
+            # The calibration may have run on a more loaded host than now: time the same work
+            # again before calling a short answer wrong.
+            floor_ms = min(floor_ms, _timed(busy, stream) / 4)
+        if not (math.isfinite(ms) and floor_ms <= ms <= waited_ms * 1.05 + 1.0):
             raise OrderingError(f"event_elapsed_ms around {busy.copies} copies is {ms!r} ms; the host "
                                 f"measured {busy.host_ms:.1f} ms for them and waited {waited_ms:.1f} ms")
     finally:
@@ -257,19 +262,18 @@ def query_is_not_ready_behind_busy_work(dev: Device, busy: Busy, a, b, target: i
     the work before the record is complete (fl_abi.h, event_query), so when the query
     answers it, the memset recorded before the event must already be visible to the idle
     stream b: a ready answer while that memset is still queued behind the busy work is
-    caught by the bytes, whatever the host's load.  A ready answer with the memset done
-    only after the host slept through most of the busy period (a preempted test process)
-    proves nothing and is tried again.  When the enqueue calls themselves took the busy
-    period every time, the stream runs work at enqueue time: WorkRunsAtEnqueue."""
+    caught by the bytes, whatever the host's load (no clock decides a failure: a loaded
+    host stretches and shrinks the busy period between calibration and probe).  A ready
+    answer with the memset done is correct but shows nothing, and is tried again; when no
+    try ever found the work pending (a stream that runs work at enqueue, as the vendor
+    template's do, or a host too loaded to tell): WorkRunsAtEnqueue."""
     events = Events(dev)
-    ran_at_enqueue = 0
     try:
-        for attempt in range(tries):
+        for _ in range(tries):
             dev.memset(a, target, 0, OLD, PROBE_BYTES)
             dev.synchronize(a)
             started = time.perf_counter()
             busy.enqueue(a)
-            enqueue_ms = (time.perf_counter() - started) * 1e3
             dev.memset(a, target, 0, NEW, PROBE_BYTES)
             event = events.record(a)
             status = _query(dev, event)
@@ -285,17 +289,10 @@ def query_is_not_ready_behind_busy_work(dev: Device, busy: Busy, a, b, target: i
                                     f"visible (read {_describe(seen)})")
             if status == STATUS["FL_NOT_READY"]:
                 return
-            ran_at_enqueue += enqueue_ms >= busy.host_ms / 2
-            if waited_ms < busy.host_ms / 2:
-                raise OrderingError(
-                    f"event_query returned FL_SUCCESS {waited_ms:.1f} ms after the event was recorded behind "
-                    f"{busy.host_ms:.0f} ms of copies: an event is complete only when the stream reached it")
             dev.synchronize(a)
-        if ran_at_enqueue == tries:
-            raise WorkRunsAtEnqueue(f"the stream ran {busy.host_ms:.0f} ms of copies inside the enqueue calls "
-                                    f"({tries} of {tries} tries): no work is pending when the event is recorded")
-        raise OrderingError(f"event_query never returned FL_NOT_READY in {tries} tries (the host may be "
-                            "too loaded to tell)")
+        raise WorkRunsAtEnqueue(f"in {tries} of {tries} tries the {busy.host_ms:.0f} ms of copies recorded before the "
+                                "event had already run when event_query answered (correctly) FL_SUCCESS: the "
+                                "stream runs work at enqueue, or the host was too loaded to find it pending")
     finally:
         dev.synchronize(a)
         events.destroy()
@@ -316,8 +313,9 @@ def rerecorded_event_moves(dev: Device, busy: Busy, a, b, target: int, rounds: i
     """PyTorch's usual pattern: one event, recorded again every iteration.  Each round,
     behind busy work on stream a, memset(target, v) then record the same event; then
     (1) stream b waits the event and reads v, (2) a fresh record behind busy work is
-    FL_NOT_READY although an earlier record completed, (3) event_synchronize waits for
-    the latest record: the host then reads v on the idle stream b."""
+    FL_NOT_READY although an earlier record completed (or, if it says FL_SUCCESS, v is
+    already visible), (3) event_synchronize waits for the latest record: the host then
+    reads v on the idle stream b."""
     events = Events(dev)
     event = None
     try:
@@ -331,6 +329,18 @@ def rerecorded_event_moves(dev: Device, busy: Busy, a, b, target: int, rounds: i
                 dev.check(dev.api.event_record(event, a), "event_record")
             status = _query(dev, event)
             waited_ms = (time.perf_counter() - started) * 1e3
+            if status == STATUS["FL_SUCCESS"]:
+                # Ready must mean this record's work ran (the memset is visible on the idle
+                # stream b), whatever the host's load; not a clock (a stream that runs work at
+                # enqueue is ready at once, and a loaded host stretches or shrinks the busy period).
+                early = dev.read(b, target, 0, PROBE_BYTES)
+                if early != bytes([value]) * PROBE_BYTES:
+                    dev.synchronize(a)
+                    raise OrderingError(
+                        f"round {value - 0x40}: event_query returned FL_SUCCESS {waited_ms:.1f} ms after the "
+                        f"event was re-recorded behind {busy.host_ms:.0f} ms of copies, but the memset({value:#x}) "
+                        f"before that record had not run (stream b read {_describe(early)}): it reported an "
+                        "earlier record")
             dev.check(dev.api.stream_wait_event(b, event), "stream_wait_event")
             seen = dev.read(b, target, 0, PROBE_BYTES)
             dev.synchronize(a)
@@ -339,11 +349,6 @@ def rerecorded_event_moves(dev: Device, busy: Busy, a, b, target: int, rounds: i
                     f"round {value - 0x40}: stream b waited an event re-recorded on stream a after "
                     f"memset({value:#x}) behind {busy.host_ms:.0f} ms of copies and read {_describe(seen)}: "
                     "stream_wait_event waited for an earlier record of the event, not the latest")
-            # A ready answer after the host slept through half the busy period proves nothing.
-            if status == STATUS["FL_SUCCESS"] and waited_ms < busy.host_ms / 2:
-                raise OrderingError(
-                    f"round {value - 0x40}: event_query returned FL_SUCCESS {waited_ms:.1f} ms after the event "
-                    f"was re-recorded behind {busy.host_ms:.0f} ms of copies: it reported an earlier record")
         for value in range(0x51, 0x51 + rounds):
             busy.enqueue(a)
             dev.memset(a, target, 0, value, PROBE_BYTES)
