@@ -15,6 +15,7 @@ from fl_runtime.ops.schema import OpPlan, compile_plan
 from . import opinfo_cases
 from .attention_specs import CPU_REFERENCES
 from .compare import Reference, judge
+from .cpu_loops import loop_answers
 from .harness import CallFailed, Declined, Device, KernelEntry, call_kernel, storage_bytes, tensor_over
 from .recipes import materialize
 from .tolerances import Tolerance, side_effect_tolerance, tolerance_for, uses_magnitude
@@ -108,15 +109,20 @@ def references(plan: OpPlan, values: list, inputs_after: list | None = None) -> 
     sums and products, the magnitudes their error and overflow scale with)."""
     cpu = cpu_reference(plan, values, inputs_after)
     if not any(o is not None and o.is_floating_point() for o in cpu):
-        return [None if o is None else Reference(o) for o in cpu]
-    wide = wide_reference(plan, values)
-    size = summed = [None] * len(cpu)
-    if uses_magnitude(plan.name):
-        size = wide_reference(plan, values, absolute=True)
-        summed = (wide_reference(compile_plan(_ACCUMULATES[plan.name]), values, absolute=True)
-                  if plan.name in _ACCUMULATES else size)
-    return [None if o is None else Reference(o, *((w, s, a) if o.is_floating_point() else ()))
-            for o, w, s, a in zip(cpu, wide, size, summed)]
+        refs = [None if o is None else Reference(o) for o in cpu]
+    else:
+        wide = wide_reference(plan, values)
+        size = summed = [None] * len(cpu)
+        if uses_magnitude(plan.name):
+            size = wide_reference(plan, values, absolute=True)
+            summed = (wide_reference(compile_plan(_ACCUMULATES[plan.name]), values, absolute=True)
+                      if plan.name in _ACCUMULATES else size)
+        refs = [None if o is None else Reference(o, *((w, s, a) if o.is_floating_point() else ()))
+                for o, w, s, a in zip(cpu, wide, size, summed)]
+    also = loop_answers(plan.name, values)
+    if also and refs and refs[0] is not None:
+        refs[0].also = also
+    return refs
 
 
 def _holes_changed(got: torch.Tensor, want: torch.Tensor) -> bool:
