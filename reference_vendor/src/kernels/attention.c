@@ -52,6 +52,48 @@ static int dims4(const fl_tensor *t, int64_t a, int64_t b, int64_t c, int64_t d)
            t->sizes[3] == d;
 }
 
+/* t[b, h, :, :] (rows x cols, any strides) as contiguous doubles: the row loops
+ * below then read plain arrays instead of computing a strided offset and testing
+ * the dtype per element (which made this kernel ~40% of a tiny GPT-2 step). */
+static void pack_head(const fl_tensor *t, int64_t b, int64_t h, int64_t rows, int64_t cols,
+                      double *dst) {
+    const int64_t es = (int64_t)flk_dtype_size(t->dtype), rs = t->strides[2], cs = t->strides[3];
+    const char *base = (const char *)flk_data(t) + (b * t->strides[0] + h * t->strides[1]) * es;
+    if (t->dtype == FL_FLOAT32) {
+        const flk_f32 *p = (const flk_f32 *)base;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c)
+                dst[r * cols + c] = (double)p[r * rs + c * cs];
+    } else {
+        const flk_f64 *p = (const flk_f64 *)base;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c)
+                dst[r * cols + c] = p[r * rs + c * cs];
+    }
+}
+
+/* pack_head transposed: dst[c * rows + r], so that a row's scores (or dP) are
+ * accumulated key by key in one vectorisable pass per feature, each score still
+ * summed over the features in order. */
+static void pack_head_t(const fl_tensor *t, int64_t b, int64_t h, int64_t rows, int64_t cols,
+                        const double *packed, double *dst) {
+    (void)t, (void)b, (void)h;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+            dst[c * rows + r] = packed[r * cols + c];
+}
+
+/* y += a * x; the arrays never overlap (separate parts of one scratch block) */
+static inline void axpy(double *restrict y, double a, const double *restrict x, int64_t n) {
+    for (int64_t e = 0; e < n; ++e)
+        y[e] += a * x[e];
+}
+
+/* The keys row i may see: j <= i when causal (top-left aligned). */
+static int64_t attn_keys(const attn_geom *g, int64_t i) {
+    return g->causal && i + 1 < g->S ? i + 1 : g->S;
+}
+
 /* Shared argument checks of both kernels: shapes, dtypes, scale. */
 static fl_status attn_parse(const flk_args *a, const fl_tensor *q, const fl_tensor *k,
                             const fl_tensor *v, const fl_tensor *bias, double dropout_p,
@@ -89,19 +131,19 @@ static fl_status attn_parse(const flk_args *a, const fl_tensor *q, const fl_tens
  * else 1 with *m the row's maximum (0 when the row has only NaNs, so that
  * they reach the output as PyTorch's softmax gives them). */
 static int attn_row(const attn_geom *g, int64_t b, int64_t h, int64_t i, const double *qrow,
-                    double *s, double *m) {
-    const int64_t kh = h / g->group;
+                    const double *keys_t, double *s, double *m) {
     int live = 0;
     double mx = -INFINITY;
-    for (int64_t j = 0; j < g->S; ++j) {
-        if (g->causal && j > i) {
-            s[j] = -INFINITY;
-            continue;
-        }
-        double dot = 0.0;
-        for (int64_t e = 0; e < g->E; ++e)
-            dot += qrow[e] * ld(g->k, b, kh, j, e);
-        double x = g->scale * dot;
+    const int64_t n = attn_keys(g, i);
+    for (int64_t j = 0; j < n; ++j)
+        s[j] = 0.0;
+    for (int64_t e = 0; e < g->E; ++e) { /* keys_t: key head h / group, E x S (pack_head_t) */
+        const double qe = qrow[e], *kc = keys_t + e * g->S;
+        for (int64_t j = 0; j < n; ++j)
+            s[j] += qe * kc[j];
+    }
+    for (int64_t j = 0; j < n; ++j) {
+        double x = g->scale * s[j];
         if (g->bias)
             x += ld(g->bias, b, h, i, j);
         s[j] = x;
@@ -109,15 +151,26 @@ static int attn_row(const attn_geom *g, int64_t b, int64_t h, int64_t i, const d
         if (x > mx)
             mx = x;
     }
+    for (int64_t j = n; j < g->S; ++j)
+        s[j] = -INFINITY;
     *m = mx == -INFINITY ? 0.0 : mx;
     return live;
+}
+
+/* 1 when every value is finite: then a masked key's 0 * v adds nothing and the
+ * P @ V loop may stop at the row's last visible key. */
+static int all_finite(const double *x, int64_t n) {
+    int ok = 1;
+    for (int64_t i = 0; i < n; ++i)
+        ok &= isfinite(x[i]) != 0;
+    return ok;
 }
 
 /* Softmax of a live row in place; returns log(sum exp(s - m)). */
 static double attn_softmax(double *s, int64_t n, double m) {
     double sum = 0.0;
-    for (int64_t j = 0; j < n; ++j)
-        sum += s[j] = exp(s[j] - m);
+    for (int64_t j = 0; j < n; ++j) /* exp(-inf - m) is +0 for every m a live row has */
+        sum += s[j] = s[j] == -INFINITY ? 0.0 : exp(s[j] - m);
     const double inv = 1.0 / sum;
     for (int64_t j = 0; j < n; ++j)
         s[j] *= inv;
@@ -161,25 +214,31 @@ FLK_KERNEL_FN(k_sdpa_forward) {
     if (lse->ndim != 3 || lse->sizes[0] != g.B || lse->sizes[1] != g.Hq || lse->sizes[2] != g.L ||
         !flk_is_floating(lse->dtype))
         return flk_fail(&a, "logsumexp must be a floating [B, Hq, L] tensor");
-    double *buf = flk_alloc(sizeof(double) * (size_t)(g.S + g.E + g.Ev + 1));
+    double *buf = flk_alloc(sizeof(double) * (size_t)(g.S + g.E + g.Ev + g.S * (2 * g.E + g.Ev) + 1));
     if (!buf)
         return flk_fail(&a, "out of host memory for a row buffer");
-    double *s = buf, *qrow = buf + g.S, *acc = qrow + g.E;
+    double *s = buf, *qrow = buf + g.S, *acc = qrow + g.E, *keys = acc + g.Ev;
+    double *keys_t = keys + g.S * g.E, *vals = keys_t + g.S * g.E;
     for (int64_t b = 0; b < g.B; ++b)
-        for (int64_t h = 0; h < g.Hq; ++h)
+        for (int64_t h = 0; h < g.Hq; ++h) {
+            pack_head(k, b, h / g.group, g.S, g.E, keys);
+            pack_head_t(k, b, h / g.group, g.S, g.E, keys, keys_t);
+            pack_head(v, b, h / g.group, g.S, g.Ev, vals);
+            const int finite = all_finite(vals, g.S * g.Ev);
             for (int64_t i = 0; i < g.L; ++i) {
-                const int64_t kh = h / g.group;
                 double m, lsum = -INFINITY;
                 for (int64_t e = 0; e < g.E; ++e)
                     qrow[e] = ld(q, b, h, i, e);
                 for (int64_t e = 0; e < g.Ev; ++e)
                     acc[e] = 0.0;
-                if (attn_row(&g, b, h, i, qrow, s, &m)) {
+                if (attn_row(&g, b, h, i, qrow, keys_t, s, &m)) {
                     lsum = m + attn_softmax(s, g.S, m);
-                    for (int64_t j = 0; j < g.S; ++j) {
+                    const int64_t n = finite ? attn_keys(&g, i) : g.S;
+                    for (int64_t j = 0; j < n; ++j) {
                         /* masked keys too: 0 * inf is NaN in PyTorch's P @ V as well */
+                        const double pj = s[j], *vrow = vals + j * g.Ev;
                         for (int64_t e = 0; e < g.Ev; ++e)
-                            acc[e] += s[j] * ld(v, b, kh, j, e);
+                            acc[e] += pj * vrow[e];
                     }
                 }
                 for (int64_t e = 0; e < g.Ev; ++e)
@@ -189,6 +248,7 @@ FLK_KERNEL_FN(k_sdpa_forward) {
                                       (int64_t)flk_dtype_size(lse->dtype),
                               lse->dtype, lsum);
             }
+        }
     flk_free(buf);
     /* No dropout, so no random state was drawn: the philox pair is 0. */
     if (seed)
@@ -244,30 +304,44 @@ FLK_KERNEL_FN(k_sdpa_backward) {
     if (gb && (!bias || !flk_same_sizes(gb, bias) || gb->dtype != q->dtype))
         return flk_fail(&a, "grad_attn_bias must have attn_bias's shape and dtype");
     const int64_t nk = g.B * g.Hk * g.S;
-    double *buf = flk_alloc(sizeof(double) * (size_t)(2 * g.S + 2 * g.E + g.Ev + nk * (g.E + g.Ev) + 1));
+    double *buf = flk_alloc(sizeof(double) * (size_t)(2 * g.S + 2 * g.E + g.Ev + nk * (g.E + g.Ev) +
+                                                      2 * g.S * (g.E + g.Ev) + 1));
     if (!buf)
         return flk_fail(&a, "out of host memory for the gradient buffers");
     double *p = buf, *dp = p + g.S, *qrow = dp + g.S, *dq = qrow + g.E, *dorow = dq + g.E;
-    double *dk = dorow + g.Ev, *dv = dk + nk * g.E;
+    double *dk = dorow + g.Ev, *dv = dk + nk * g.E, *keys = dv + nk * g.Ev;
+    double *vals = keys + g.S * g.E, *keys_t = vals + g.S * g.Ev, *vals_t = keys_t + g.S * g.E;
     memset(dk, 0, sizeof(double) * (size_t)(nk * (g.E + g.Ev)));
     for (int64_t b = 0; b < g.B; ++b)
-        for (int64_t h = 0; h < g.Hq; ++h)
+        for (int64_t h = 0; h < g.Hq; ++h) {
+            const int64_t kh = h / g.group;
+            pack_head(k, b, kh, g.S, g.E, keys);
+            pack_head(v, b, kh, g.S, g.Ev, vals);
+            pack_head_t(k, b, kh, g.S, g.E, keys, keys_t);
+            pack_head_t(v, b, kh, g.S, g.Ev, vals, vals_t);
             for (int64_t i = 0; i < g.L; ++i) {
-                const int64_t kh = h / g.group;
                 double m;
                 for (int64_t e = 0; e < g.E; ++e)
                     qrow[e] = ld(q, b, h, i, e), dq[e] = 0.0;
-                int live = attn_row(&g, b, h, i, qrow, p, &m);
+                int live = attn_row(&g, b, h, i, qrow, keys_t, p, &m);
                 if (live) {
                     attn_softmax(p, g.S, m);
                     for (int64_t e = 0; e < g.Ev; ++e)
                         dorow[e] = ld(go, b, h, i, e);
+                    /* dP = dO V^T for the visible keys (p is 0 past them), each
+                     * summed over the features in order; a key with p == 0 gets
+                     * 0, never 0 * inf */
+                    const int64_t n = attn_keys(&g, i);
+                    for (int64_t j = 0; j < n; ++j)
+                        dp[j] = 0.0;
+                    for (int64_t e = 0; e < g.Ev; ++e) {
+                        const double de = dorow[e], *vc = vals_t + e * g.S;
+                        for (int64_t j = 0; j < n; ++j)
+                            dp[j] += de * vc[j];
+                    }
                     double D = 0.0;
                     for (int64_t j = 0; j < g.S; ++j) {
-                        double x = 0.0;
-                        if (p[j] != 0.0)
-                            for (int64_t e = 0; e < g.Ev; ++e)
-                                x += dorow[e] * ld(v, b, kh, j, e);
+                        const double x = j < n && p[j] != 0.0 ? dp[j] : 0.0;
                         dp[j] = x;
                         D += p[j] * x;
                     }
@@ -279,12 +353,10 @@ FLK_KERNEL_FN(k_sdpa_backward) {
                         const double ds = p[j] * (dp[j] - D);
                         double *dkr = dk + ((b * g.Hk + kh) * g.S + j) * g.E;
                         double *dvr = dv + ((b * g.Hk + kh) * g.S + j) * g.Ev;
-                        for (int64_t e = 0; e < g.E; ++e) {
-                            dq[e] += g.scale * ds * ld(k, b, kh, j, e);
-                            dkr[e] += g.scale * ds * qrow[e];
-                        }
-                        for (int64_t e = 0; e < g.Ev; ++e)
-                            dvr[e] += p[j] * dorow[e];
+                        const double *krow = keys + j * g.E;
+                        axpy(dq, g.scale * ds, krow, g.E);
+                        axpy(dkr, g.scale * ds, qrow, g.E);
+                        axpy(dvr, p[j], dorow, g.Ev);
                         dp[j] = ds;
                     }
                 }
@@ -294,6 +366,7 @@ FLK_KERNEL_FN(k_sdpa_backward) {
                     for (int64_t j = 0; j < g.S; ++j)
                         st(gb, b, h, i, j, live ? dp[j] : 0.0);
             }
+        }
     for (int64_t b = 0; b < g.B; ++b)
         for (int64_t h = 0; h < g.Hk; ++h)
             for (int64_t j = 0; j < g.S; ++j) {
