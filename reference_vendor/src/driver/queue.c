@@ -98,7 +98,7 @@ static int slowed(int32_t device) {
 #define STATS_SLOTS 1024 /* power of two; more kernels than this are not counted */
 typedef struct kernel_stat {
     const flk_kernel *def;
-    uint64_t ns, calls, inline_calls;
+    uint64_t ns, cpu_ns, calls, inline_calls; /* cpu_ns: the thread's CPU time, not preempted time */
 } kernel_stat;
 static kernel_stat g_stats[STATS_SLOTS];
 static const char *g_stats_path;
@@ -106,10 +106,18 @@ static pthread_once_t g_stats_once = PTHREAD_ONCE_INIT;
 
 static void read_stats_path(void) { g_stats_path = getenv("FL_REFERENCE_KERNEL_STATS"); }
 
-static void count_kernel(const flk_kernel *def, uint64_t ns, int inline_run) {
+static int stats_on(void) {
     pthread_once(&g_stats_once, read_stats_path);
-    if (!g_stats_path || !*g_stats_path)
-        return;
+    return g_stats_path && *g_stats_path;
+}
+
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void count_kernel(const flk_kernel *def, uint64_t ns, uint64_t cpu_ns, int inline_run) {
     uintptr_t h = ((uintptr_t)def >> 4) * 0x9E3779B97F4A7C15ull;
     for (unsigned probe = 0; probe < STATS_SLOTS; probe++) {
         kernel_stat *s = &g_stats[(h + probe) & (STATS_SLOTS - 1)];
@@ -120,6 +128,7 @@ static void count_kernel(const flk_kernel *def, uint64_t ns, int inline_run) {
             expected != def)
             continue; /* a slot of another kernel */
         __atomic_fetch_add(&s->ns, ns, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&s->cpu_ns, cpu_ns, __ATOMIC_RELAXED);
         __atomic_fetch_add(&s->calls, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&s->inline_calls, (uint64_t)inline_run, __ATOMIC_RELAXED);
         return;
@@ -132,13 +141,13 @@ __attribute__((destructor)) static void write_kernel_stats(void) {
     FILE *f = fopen(g_stats_path, "w");
     if (!f)
         return;
-    fprintf(f, "op\tcalls\tinline\tns\n");
+    fprintf(f, "op\tcalls\tinline\tns\tcpu_ns\n");
     for (unsigned i = 0; i < STATS_SLOTS; i++)
         if (g_stats[i].def)
-            fprintf(f, "%s\t%llu\t%llu\t%llu\n", g_stats[i].def->op,
+            fprintf(f, "%s\t%llu\t%llu\t%llu\t%llu\n", g_stats[i].def->op,
                     (unsigned long long)g_stats[i].calls,
                     (unsigned long long)g_stats[i].inline_calls,
-                    (unsigned long long)g_stats[i].ns);
+                    (unsigned long long)g_stats[i].ns, (unsigned long long)g_stats[i].cpu_ns);
     fclose(f);
 }
 
@@ -147,12 +156,15 @@ static fl_status run_kernel(drv_queue *q, const drv_task *t, flk_ctx *ctx, int i
     ctx->op = t->u.kernel.def->op;
     ctx->message[0] = '\0';
     flk_fn fn = t->u.kernel.def->fn;
+    const int stats = stats_on();
+    uint64_t cpu_start = stats ? thread_cpu_ns() : 0;
     uint64_t start = now_ns();
     fl_status st = fn ? fn(t->u.kernel.args, t->u.kernel.nargs, ctx)
                       : flk_kernel_fail(ctx, "the kernel table has no function for it");
     uint64_t took = now_ns() - start;      /* the kernel alone, before any slowdown sleep */
     __atomic_fetch_add(&kernel_time_ns, took, __ATOMIC_RELAXED);
-    count_kernel(t->u.kernel.def, took, inline_run);
+    if (stats)
+        count_kernel(t->u.kernel.def, took, thread_cpu_ns() - cpu_start, inline_run);
     slow_down(q->device, took);
     free(t->u.kernel.args);
     return st;

@@ -83,8 +83,10 @@ static void pack_head_t(const fl_tensor *t, int64_t b, int64_t h, int64_t rows, 
             dst[c * rows + r] = packed[r * cols + c];
 }
 
-/* y += a * x; the arrays never overlap (separate parts of one scratch block) */
-static inline void axpy(double *restrict y, double a, const double *restrict x, int64_t n) {
+/* y += a * x; the arrays never overlap (separate parts of one scratch block).
+ * Out of line: inlined into the kernels' loop nests GCC left it scalar. */
+__attribute__((noinline)) static void axpy(double *restrict y, double a,
+                                           const double *restrict x, int64_t n) {
     for (int64_t e = 0; e < n; ++e)
         y[e] += a * x[e];
 }
@@ -137,11 +139,8 @@ static int attn_row(const attn_geom *g, int64_t b, int64_t h, int64_t i, const d
     const int64_t n = attn_keys(g, i);
     for (int64_t j = 0; j < n; ++j)
         s[j] = 0.0;
-    for (int64_t e = 0; e < g->E; ++e) { /* keys_t: key head h / group, E x S (pack_head_t) */
-        const double qe = qrow[e], *kc = keys_t + e * g->S;
-        for (int64_t j = 0; j < n; ++j)
-            s[j] += qe * kc[j];
-    }
+    for (int64_t e = 0; e < g->E; ++e) /* keys_t: key head h / group, E x S (pack_head_t) */
+        axpy(s, qrow[e], keys_t + e * g->S, n);
     for (int64_t j = 0; j < n; ++j) {
         double x = g->scale * s[j];
         if (g->bias)
@@ -236,9 +235,7 @@ FLK_KERNEL_FN(k_sdpa_forward) {
                     const int64_t n = finite ? attn_keys(&g, i) : g.S;
                     for (int64_t j = 0; j < n; ++j) {
                         /* masked keys too: 0 * inf is NaN in PyTorch's P @ V as well */
-                        const double pj = s[j], *vrow = vals + j * g.Ev;
-                        for (int64_t e = 0; e < g.Ev; ++e)
-                            acc[e] += pj * vrow[e];
+                        axpy(acc, s[j], vals + j * g.Ev, g.Ev);
                     }
                 }
                 for (int64_t e = 0; e < g.Ev; ++e)
@@ -334,11 +331,8 @@ FLK_KERNEL_FN(k_sdpa_backward) {
                     const int64_t n = attn_keys(&g, i);
                     for (int64_t j = 0; j < n; ++j)
                         dp[j] = 0.0;
-                    for (int64_t e = 0; e < g.Ev; ++e) {
-                        const double de = dorow[e], *vc = vals_t + e * g.S;
-                        for (int64_t j = 0; j < n; ++j)
-                            dp[j] += de * vc[j];
-                    }
+                    for (int64_t e = 0; e < g.Ev; ++e)
+                        axpy(dp, dorow[e], vals_t + e * g.S, n);
                     double D = 0.0;
                     for (int64_t j = 0; j < g.S; ++j) {
                         const double x = j < n && p[j] != 0.0 ? dp[j] : 0.0;

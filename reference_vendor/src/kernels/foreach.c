@@ -53,6 +53,7 @@ typedef struct fe_spec {
  * such passes over every parameter; the strided loop's index arithmetic made it
  * 50x slower). */
 #define FE_CONTIG(T, OP)                                                                     \
+    __attribute__((optimize("no-math-errno"))) /* sqrt's errno blocks vectorising */          \
     static void fe_contig_##T##_##OP(T *restrict x, T *restrict a, const T *restrict b,      \
                                      int64_t n, double scalar) {                              \
         const T s = (T)scalar;                                                               \
