@@ -15,13 +15,13 @@
  * on a host with no idle core a gemm of a tiny model's shapes then waits for
  * its helper thread's time slice (11 ms instead of 0.2 ms per 256x64x64 mm on
  * a loaded 2-core machine).  So BLAS runs on the calling worker only, unless
- * FL_REFERENCE_BLAS_THREADS asks for more (0 or unset: 1; OPENBLAS_NUM_THREADS
- * set by the user is left alone). */
+ * FL_REFERENCE_BLAS_THREADS asks for more (unset or below 1: 1; without it, a
+ * non-empty OPENBLAS_NUM_THREADS set by the user is left alone). */
 static pthread_once_t g_threads_once = PTHREAD_ONCE_INIT;
 
 static void set_blas_threads(void) {
-    const char *ours = getenv("FL_REFERENCE_BLAS_THREADS");
-    if (!ours && getenv("OPENBLAS_NUM_THREADS"))
+    const char *ours = getenv("FL_REFERENCE_BLAS_THREADS"), *theirs = getenv("OPENBLAS_NUM_THREADS");
+    if (!ours && theirs && *theirs)
         return;
     long n = ours ? strtol(ours, NULL, 10) : 1;
     scipy_openblas_set_num_threads(n < 1 ? 1 : n > 256 ? 256 : (int)n);
