@@ -173,3 +173,22 @@ def test_kernel_stats_file_counts_calls_and_inline_runs(python, tmp_path):
     calls, inline = int(mm[1]), int(mm[2])
     assert calls == 6 and inline >= 1 and inline <= 3, mm
     assert int(mm[3]) > 0 and int(mm[4]) > 0
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.5])
+def test_addmm_and_baddbmm_bias_fill_matches_the_cpu(fl, beta):
+    """The row fill of beta * self: a bias row, a column, a full matrix, in place, batched."""
+    g = torch.Generator().manual_seed(8)
+    m1, m2 = torch.randn(6, 5, generator=g), torch.randn(5, 7, generator=g)
+    for self in (torch.randn(7, generator=g), torch.randn(6, 1, generator=g), torch.randn(6, 7, generator=g),
+                 torch.randn(7, 6, generator=g).t()):
+        expected = torch.addmm(self, m1, m2, beta=beta, alpha=0.7)
+        got = torch.addmm(self.to("fl:0"), m1.to("fl:0"), m2.to("fl:0"), beta=beta, alpha=0.7)
+        torch.testing.assert_close(got.cpu(), expected, **FP32)
+    acc = torch.randn(6, 7, generator=g)
+    on_fl = acc.to("fl:0")
+    on_fl.addmm_(m1.to("fl:0"), m2.to("fl:0"), beta=beta)
+    torch.testing.assert_close(on_fl.cpu(), acc.addmm(m1, m2, beta=beta), **FP32)
+    b1, b2, bias = torch.randn(3, 6, 5, generator=g), torch.randn(3, 5, 7, generator=g), torch.randn(7, generator=g)
+    got = torch.baddbmm(bias.to("fl:0"), b1.to("fl:0"), b2.to("fl:0"), beta=beta)
+    torch.testing.assert_close(got.cpu(), torch.baddbmm(bias, b1, b2, beta=beta), **FP32)
