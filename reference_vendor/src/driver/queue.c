@@ -91,16 +91,80 @@ static int slowed(int32_t device) {
     return device >= 0 && device < SLOWDOWN_MAX_DEVICES && g_slowdown[device] > 1.0;
 }
 
-static fl_status run_kernel(drv_queue *q, const drv_task *t, flk_ctx *ctx) {
+/* FL_REFERENCE_KERNEL_STATS=<path>: per kernel, its calls (how many ran inline on
+ * the launching thread) and the ns spent in it, written to <path> at unload.
+ * Instrumentation for the benchmarks (which kernels a training step waits on);
+ * not part of the ABI, off (one cached check per kernel) unless set. */
+#define STATS_SLOTS 1024 /* power of two; more kernels than this are not counted */
+typedef struct kernel_stat {
+    const flk_kernel *def;
+    uint64_t ns, cpu_ns, calls, inline_calls; /* cpu_ns: the thread's CPU time, not preempted time */
+} kernel_stat;
+static kernel_stat g_stats[STATS_SLOTS];
+static const char *g_stats_path;
+static pthread_once_t g_stats_once = PTHREAD_ONCE_INIT;
+
+static void read_stats_path(void) { g_stats_path = getenv("FL_REFERENCE_KERNEL_STATS"); }
+
+static int stats_on(void) {
+    pthread_once(&g_stats_once, read_stats_path);
+    return g_stats_path && *g_stats_path;
+}
+
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void count_kernel(const flk_kernel *def, uint64_t ns, uint64_t cpu_ns, int inline_run) {
+    uintptr_t h = ((uintptr_t)def >> 4) * 0x9E3779B97F4A7C15ull;
+    for (unsigned probe = 0; probe < STATS_SLOTS; probe++) {
+        kernel_stat *s = &g_stats[(h + probe) & (STATS_SLOTS - 1)];
+        const flk_kernel *expected = NULL;
+        if (__atomic_load_n(&s->def, __ATOMIC_ACQUIRE) != def &&
+            !__atomic_compare_exchange_n(&s->def, &expected, def, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE) &&
+            expected != def)
+            continue; /* a slot of another kernel */
+        __atomic_fetch_add(&s->ns, ns, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&s->cpu_ns, cpu_ns, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&s->calls, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&s->inline_calls, (uint64_t)inline_run, __ATOMIC_RELAXED);
+        return;
+    }
+}
+
+__attribute__((destructor)) static void write_kernel_stats(void) {
+    if (!g_stats_path || !*g_stats_path)
+        return;
+    FILE *f = fopen(g_stats_path, "w");
+    if (!f)
+        return;
+    fprintf(f, "op\tcalls\tinline\tns\tcpu_ns\n");
+    for (unsigned i = 0; i < STATS_SLOTS; i++)
+        if (g_stats[i].def)
+            fprintf(f, "%s\t%llu\t%llu\t%llu\t%llu\n", g_stats[i].def->op,
+                    (unsigned long long)g_stats[i].calls,
+                    (unsigned long long)g_stats[i].inline_calls,
+                    (unsigned long long)g_stats[i].ns, (unsigned long long)g_stats[i].cpu_ns);
+    fclose(f);
+}
+
+static fl_status run_kernel(drv_queue *q, const drv_task *t, flk_ctx *ctx, int inline_run) {
     ctx->device = q->device;
     ctx->op = t->u.kernel.def->op;
     ctx->message[0] = '\0';
     flk_fn fn = t->u.kernel.def->fn;
+    const int stats = stats_on();
+    uint64_t cpu_start = stats ? thread_cpu_ns() : 0;
     uint64_t start = now_ns();
     fl_status st = fn ? fn(t->u.kernel.args, t->u.kernel.nargs, ctx)
                       : flk_kernel_fail(ctx, "the kernel table has no function for it");
     uint64_t took = now_ns() - start;      /* the kernel alone, before any slowdown sleep */
     __atomic_fetch_add(&kernel_time_ns, took, __ATOMIC_RELAXED);
+    if (stats)
+        count_kernel(t->u.kernel.def, took, thread_cpu_ns() - cpu_start, inline_run);
     slow_down(q->device, took);
     free(t->u.kernel.args);
     return st;
@@ -115,7 +179,7 @@ uint64_t fl_reference_slowdown_ns(void) { return __atomic_load_n(&slowdown_ns, _
 static fl_status run_task(drv_queue *q, const drv_task *t, flk_ctx *ctx) {
     switch (t->kind) {
     case DRV_TASK_KERNEL:
-        return run_kernel(q, t, ctx);
+        return run_kernel(q, t, ctx, 0);
     case DRV_TASK_COPY:
         /* memmove: a d2d copy may overlap within one allocation. */
         memmove(t->u.copy.dst, t->u.copy.src, t->u.copy.size);
@@ -278,7 +342,7 @@ fl_status drv_queue_enqueue_kernel(drv_queue *q, const drv_task *task, uint64_t 
          * it runs, so a later enqueue (any thread), synchronize or query waits for
          * it; a failure becomes the queue's sticky error, as on the worker. */
         flk_ctx ctx;
-        fl_status st = run_kernel(q, task, &ctx);
+        fl_status st = run_kernel(q, task, &ctx, 1);
         if (st != FL_SUCCESS)
             note_failure_locked(q, task, st, &ctx);
         pthread_mutex_unlock(&q->lock);

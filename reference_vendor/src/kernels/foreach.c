@@ -32,29 +32,91 @@ typedef struct fe_spec {
 
 #define ELEM(T, t, i) (*(T *)flk_element((t), (t), (i)))
 
+/* One element's update; the same expression on both paths below, so a
+ * contiguous entry and a strided one compute identical values.  Returns 0 when
+ * it wrote its result itself (the out-of-place sqrt). */
+#define FE_APPLY(T, op, v, A, B, s, scalar, OUT)                                             \
+    switch (op) {                                                                            \
+    case FE_ADD_SCALAR: v = v + s; break;                                                    \
+    case FE_MUL_SCALAR: v = v * s; break;                                                    \
+    case FE_DIV_SCALAR: v = v / s; break;   /* ATen's div_: a / b, b in T */                  \
+    case FE_ADD_LIST: v = v + s * (A); break;                                                \
+    case FE_LERP_SCALAR: { /* ATen's lerp: exact at both ends */                              \
+        T end = (A);                                                                         \
+        v = fabs(scalar) < 0.5 ? v + s * (end - v) : end - (end - v) * ((T)1 - s);           \
+        break;                                                                               \
+    }                                                                                        \
+    case FE_ADDCMUL_SCALAR: v = v + s * (A) * (B); break;                                    \
+    case FE_ADDCDIV_SCALAR: /* (s * a) / b, ATen's order: 0 * a / tiny is 0, not NaN */      \
+        v = v + s * (A) / (B); break;                                                        \
+    case FE_SQRT_: v = (T)sqrt(v); break;                                                    \
+    case FE_SQRT_OUT: OUT = (T)sqrt(v); continue;                                            \
+    }
+
+/* The contiguous loop of one op: `op` is a constant in each instantiation, so
+ * the switch folds away and the loop vectorises (an optimizer step is a few
+ * such passes over every parameter; the strided loop's index arithmetic made it
+ * 50x slower). */
+#define FE_CONTIG(T, OP)                                                                     \
+    __attribute__((optimize("no-math-errno"))) /* sqrt's errno blocks vectorising */          \
+    static void fe_contig_##T##_##OP(T *restrict x, T *restrict a, const T *restrict b,      \
+                                     int64_t n, double scalar) {                              \
+        const T s = (T)scalar;                                                               \
+        (void)a, (void)b;                                                                    \
+        for (int64_t i = 0; i < n; ++i) {                                                    \
+            T v = x[i];                                                                      \
+            FE_APPLY(T, OP, v, a[i], b[i], s, scalar, a[i])                                  \
+            x[i] = v;                                                                        \
+        }                                                                                    \
+    }
+
 #define FE_LOOP(T)                                                                           \
+    FE_CONTIG(T, FE_ADD_SCALAR)                                                              \
+    FE_CONTIG(T, FE_MUL_SCALAR)                                                              \
+    FE_CONTIG(T, FE_DIV_SCALAR)                                                              \
+    FE_CONTIG(T, FE_ADD_LIST)                                                                \
+    FE_CONTIG(T, FE_LERP_SCALAR)                                                             \
+    FE_CONTIG(T, FE_ADDCMUL_SCALAR)                                                          \
+    FE_CONTIG(T, FE_ADDCDIV_SCALAR)                                                          \
+    FE_CONTIG(T, FE_SQRT_)                                                                   \
+    FE_CONTIG(T, FE_SQRT_OUT)                                                                \
+    /* 1 when it ran: every tensor contiguous, and no operand overlapping self               \
+     * (fe_accepts allows an identical view; restrict does not) */                           \
+    static int fe_fast_##T(fe_op op, const fl_tensor *x, const fl_tensor *a,                  \
+                           const fl_tensor *b, double scalar) {                              \
+        if (!flk_is_contiguous(x) || (a && !flk_is_contiguous(a)) ||                         \
+            (b && !flk_is_contiguous(b)))                                                    \
+            return 0;                                                                        \
+        T *px = (T *)flk_data(x), *pa = a ? (T *)flk_data(a) : NULL;                          \
+        const T *pb = b ? (const T *)flk_data(b) : NULL;                                     \
+        /* a and b may be one tensor (addcmul_(v, g, g)): both are only read then */        \
+        if ((pa && flk_may_overlap(a, x)) || (pb && flk_may_overlap(b, x)))                  \
+            return 0;                                                                        \
+        const int64_t n = flk_numel(x);                                                      \
+        switch (op) {                                                                        \
+        case FE_ADD_SCALAR: fe_contig_##T##_FE_ADD_SCALAR(px, pa, pb, n, scalar); break;     \
+        case FE_MUL_SCALAR: fe_contig_##T##_FE_MUL_SCALAR(px, pa, pb, n, scalar); break;     \
+        case FE_DIV_SCALAR: fe_contig_##T##_FE_DIV_SCALAR(px, pa, pb, n, scalar); break;     \
+        case FE_ADD_LIST: fe_contig_##T##_FE_ADD_LIST(px, pa, pb, n, scalar); break;         \
+        case FE_LERP_SCALAR: fe_contig_##T##_FE_LERP_SCALAR(px, pa, pb, n, scalar); break;   \
+        case FE_ADDCMUL_SCALAR: fe_contig_##T##_FE_ADDCMUL_SCALAR(px, pa, pb, n, scalar);    \
+            break;                                                                           \
+        case FE_ADDCDIV_SCALAR: fe_contig_##T##_FE_ADDCDIV_SCALAR(px, pa, pb, n, scalar);    \
+            break;                                                                           \
+        case FE_SQRT_: fe_contig_##T##_FE_SQRT_(px, pa, pb, n, scalar); break;               \
+        case FE_SQRT_OUT: fe_contig_##T##_FE_SQRT_OUT(px, pa, pb, n, scalar); break;         \
+        }                                                                                    \
+        return 1;                                                                            \
+    }                                                                                        \
     static void fe_loop_##T(fe_op op, const fl_tensor *x, const fl_tensor *a,                 \
                             const fl_tensor *b, double scalar) {                              \
+        if (fe_fast_##T(op, x, a, b, scalar))                                                \
+            return;                                                                          \
         const T s = (T)scalar;                                                               \
         const int64_t n = flk_numel(x);                                                      \
         for (int64_t i = 0; i < n; ++i) {                                                    \
             T v = ELEM(T, x, i);                                                             \
-            switch (op) {                                                                    \
-            case FE_ADD_SCALAR: v = v + s; break;                                            \
-            case FE_MUL_SCALAR: v = v * s; break;                                            \
-            case FE_DIV_SCALAR: v = v / s; break;   /* ATen's div_: a / b, b in T */          \
-            case FE_ADD_LIST: v = v + s * ELEM(T, a, i); break;                              \
-            case FE_LERP_SCALAR: { /* ATen's lerp: exact at both ends */                      \
-                T end = ELEM(T, a, i);                                                       \
-                v = fabs(scalar) < 0.5 ? v + s * (end - v) : end - (end - v) * ((T)1 - s);   \
-                break;                                                                       \
-            }                                                                                \
-            case FE_ADDCMUL_SCALAR: v = v + s * ELEM(T, a, i) * ELEM(T, b, i); break;        \
-            case FE_ADDCDIV_SCALAR: /* (s * a) / b, ATen's order: 0 * a / tiny is 0, not NaN */ \
-                v = v + s * ELEM(T, a, i) / ELEM(T, b, i); break;                            \
-            case FE_SQRT_: v = (T)sqrt(v); break;                                            \
-            case FE_SQRT_OUT: ELEM(T, a, i) = (T)sqrt(v); continue;                          \
-            }                                                                                \
+            FE_APPLY(T, op, v, ELEM(T, a, i), ELEM(T, b, i), s, scalar, ELEM(T, a, i))       \
             ELEM(T, x, i) = v;                                                               \
         }                                                                                    \
     }

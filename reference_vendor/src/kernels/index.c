@@ -237,6 +237,22 @@ FLK_KERNEL_FN(k_index_select) {
         return FL_SUCCESS;
     const int64_t size = self->ndim ? self->sizes[dim] : 1;
     int64_t idx[FLK_MAX_DIMS] = {0}, src[FLK_MAX_DIMS], k[1];
+    if (dim == 0 && self->ndim >= 1 && out->ndim == self->ndim && flk_is_contiguous(self) &&
+        flk_is_contiguous(out) && !flk_may_overlap(self, out)) {
+        /* rows of contiguous tensors (an embedding lookup): one memcpy per index, in
+         * the order and with the error of the element loop below */
+        const size_t row = (size_t)(flk_numel(out) / out->sizes[0]) * flk_dtype_size(out->dtype);
+        for (int64_t i = 0; i < out->sizes[0]; ++i) {
+            k[0] = i;
+            const int64_t v = load_index(index, k);
+            if (v < 0 || v >= size)
+                return flk_fail(&a, "index %lld is out of range for dimension %d of size %lld",
+                                (long long)v, (int)dim, (long long)size);
+            memcpy((char *)flk_data(out) + (size_t)i * row,
+                   (const char *)flk_data(self) + (size_t)v * row, row);
+        }
+        return FL_SUCCESS;
+    }
     do {
         k[0] = out->ndim ? idx[dim] : 0;
         const int64_t v = load_index(index, k);

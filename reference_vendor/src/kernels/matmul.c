@@ -178,6 +178,30 @@ FLK_KERNEL_FN(k_mm) {
     return gemm_strided(&a, x->dtype, &A, &B, &C, 1.0, 0.0);
 }
 
+/* fill_beta_self's loop for a float32/float64 C with unit column stride and a
+ * tensor self of C's dtype: the same values (beta * v computed in double, v
+ * itself when beta is 1) without a dtype switch and address sum per element;
+ * a bias row broadcast down the rows (GPT-2's Conv1D addmm) is a memcpy. */
+static void fill_rows(const mat *c, size_t es, const char *sb, int64_t srs, int64_t scs,
+                      double beta) {
+    for (int64_t i = 0; i < c->rows; ++i) {
+        char *row = c->p + i * c->rs * (int64_t)es;
+        const char *src = sb + i * srs;
+        if (beta == 1.0 && scs == (int64_t)es)
+            memmove(row, src, (size_t)c->cols * es); /* self may be out (addmm_) */
+        else if (es == 4)
+            for (int64_t j = 0; j < c->cols; ++j) {
+                const double v = (double)*(const flk_f32 *)(src + j * scs);
+                ((flk_f32 *)row)[j] = (flk_f32)(beta == 1.0 ? v : beta * v);
+            }
+        else
+            for (int64_t j = 0; j < c->cols; ++j) {
+                const double v = *(const flk_f64 *)(src + j * scs);
+                ((flk_f64 *)row)[j] = beta == 1.0 ? v : beta * v;
+            }
+    }
+}
+
 /* out = beta * broadcast(self) (self a tensor or a scalar); out is 2-d or 3-d */
 static fl_status fill_beta_self(const flk_args *a, const flk_operand *self, const fl_tensor *out,
                                 double beta) {
@@ -195,6 +219,10 @@ static fl_status fill_beta_self(const flk_args *a, const flk_operand *self, cons
         C.p += b * (batched ? out->strides[0] : 0) * (int64_t)es;
         const char *sb = sp ? sp + b * (batched ? st[0] : 0) : NULL;
         const int64_t srs = st[batched], scs = st[batched + 1];
+        if (sb && C.cs == 1 && (es == 4 || es == 8)) {
+            fill_rows(&C, es, sb, srs, scs, beta);
+            continue;
+        }
         for (int64_t i = 0; i < C.rows; ++i)
             for (int64_t j = 0; j < C.cols; ++j) {
                 char *cp = C.p + (i * C.rs + j * C.cs) * (int64_t)es;

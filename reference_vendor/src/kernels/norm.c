@@ -25,6 +25,11 @@ static inline int64_t norm_channel(const norm_map *m, int64_t row, int64_t col) 
     return (row % m->groups) * m->per_group + col / m->inner;
 }
 
+/* Layer norm's map: the channel is the column.  The loops test for it and
+ * skip norm_channel's integer divisions, which cost more than the arithmetic
+ * on a tiny transformer's 64-wide rows. */
+static inline int layer_map(const norm_map *m) { return m->groups == 1 && m->inner == 1; }
+
 /* biased mean and variance of each row */
 static void row_moments(const double *x, int64_t R, int64_t D, double *mean, double *var) {
     for (int64_t r = 0; r < R; ++r) {
@@ -44,6 +49,14 @@ static void row_moments(const double *x, int64_t R, int64_t D, double *mean, dou
 static void rows_normalise(const double *x, int64_t R, int64_t D, const double *mean,
                            const double *rstd, const double *w, const double *b,
                            const norm_map *m, double *y) {
+    if (layer_map(m)) { /* the same values without a division per element */
+        for (int64_t r = 0; r < R; ++r)
+            for (int64_t j = 0; j < D; ++j) {
+                const double v = (x[r * D + j] - mean[r]) * rstd[r];
+                y[r * D + j] = v * (w ? w[j] : 1.0) + (b ? b[j] : 0.0);
+            }
+        return;
+    }
     for (int64_t r = 0; r < R; ++r)
         for (int64_t j = 0; j < D; ++j) {
             const int64_t ch = norm_channel(m, r, j);
@@ -80,23 +93,32 @@ static void affine_grads(const double *dy, const double *x, int64_t j0, int64_t 
 static void rows_backward_affine(const double *dy, const double *x, int64_t R, int64_t D,
                                  const double *mean, const double *rstd, const double *w,
                                  const norm_map *m, const norm_grads *g) {
+    const int layer = layer_map(m);
     for (int64_t r = 0; r < R; ++r) {
         const double *dyr = dy + r * D, *xr = x + r * D;
         double ds = 0.0, db = 0.0;
         for (int64_t j = 0; j < D; ++j) {
-            const double gj = dyr[j] * (w ? w[norm_channel(m, r, j)] : 1.0);
+            const double gj = dyr[j] * (w ? w[layer ? j : norm_channel(m, r, j)] : 1.0);
             ds += gj * xr[j];
             db += gj;
         }
-        for (int64_t j0 = 0; j0 < D && (g->dw || g->db); j0 += m->inner)
-            affine_grads(dyr, xr, j0, j0 + m->inner < D ? j0 + m->inner : D, mean[r], rstd[r],
-                         norm_channel(m, r, j0), g);
+        if (layer) /* affine_grads of one-element blocks, inlined */
+            for (int64_t j = 0; j < D; ++j) {
+                if (g->dw)
+                    g->dw[j] += dyr[j] * (xr[j] - mean[r]) * rstd[r];
+                if (g->db)
+                    g->db[j] += dyr[j];
+            }
+        else
+            for (int64_t j0 = 0; j0 < D && (g->dw || g->db); j0 += m->inner)
+                affine_grads(dyr, xr, j0, j0 + m->inner < D ? j0 + m->inner : D, mean[r],
+                             rstd[r], norm_channel(m, r, j0), g);
         if (!g->dx || D == 0)
             continue;
         const double s = 1.0 / (double)D, rs = rstd[r];
         const double b = (db * mean[r] - ds) * rs * rs * rs * s, c = -b * mean[r] - db * rs * s;
         for (int64_t j = 0; j < D; ++j) {
-            const double gj = dyr[j] * (w ? w[norm_channel(m, r, j)] : 1.0);
+            const double gj = dyr[j] * (w ? w[layer ? j : norm_channel(m, r, j)] : 1.0);
             g->dx[r * D + j] = rs * gj + b * xr[j] + c;
         }
     }

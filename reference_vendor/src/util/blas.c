@@ -4,14 +4,37 @@
 #include "util/blas.h"
 
 #include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
 
 #include <cblas.h>
+
+/* OpenBLAS starts one thread per core by default.  A reference device is one
+ * stream worker, one core (README "Architecture"): BLAS threads of its own
+ * compete with the launching thread and with the other devices' workers, and
+ * on a host with no idle core a gemm of a tiny model's shapes then waits for
+ * its helper thread's time slice (11 ms instead of 0.2 ms per 256x64x64 mm on
+ * a loaded 2-core machine).  So BLAS runs on the calling worker only, unless
+ * FL_REFERENCE_BLAS_THREADS asks for more (unset or below 1: 1; without it, a
+ * non-empty OPENBLAS_NUM_THREADS set by the user is left alone). */
+static pthread_once_t g_threads_once = PTHREAD_ONCE_INIT;
+
+static void set_blas_threads(void) {
+    const char *ours = getenv("FL_REFERENCE_BLAS_THREADS"), *theirs = getenv("OPENBLAS_NUM_THREADS");
+    if (!ours && theirs && *theirs)
+        return;
+    long n = ours ? strtol(ours, NULL, 10) : 1;
+    scipy_openblas_set_num_threads(n < 1 ? 1 : n > 256 ? 256 : (int)n);
+}
+
+static void blas_init(void) { pthread_once(&g_threads_once, set_blas_threads); }
 
 fl_status ref_gemm(const flk_args *a, int32_t dtype, int trans_a, int trans_b, int64_t m,
                    int64_t n, int64_t k, double alpha, const void *A, int64_t lda,
                    const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
     if (m <= 0 || n <= 0)
         return FL_SUCCESS;
+    blas_init();
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX ||
         ldc > INT_MAX)
         return flk_fail(a, "matrix dimension too large for BLAS (m=%lld n=%lld k=%lld)",
@@ -58,6 +81,7 @@ fl_status ref_gemm_batch(const flk_args *a, int32_t dtype, int trans_a, int tran
                              (char *)C + (size_t)(i * sc) * es, ldc));
         return FL_SUCCESS;
     }
+    blas_init();
     enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
     if (dtype == FL_FLOAT32)

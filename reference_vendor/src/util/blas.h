@@ -18,7 +18,8 @@ fl_status ref_gemm(const flk_args *a, int32_t dtype, int trans_a, int trans_b, i
                    const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
 
 /* count gemms with the same shapes: A_i = A + i*sa (elements), likewise B,
- * C; runs the batch on BLAS's threads (cblas_?gemm_batch_strided).  The C_i
+ * C; one BLAS call (cblas_?gemm_batch_strided), on BLAS's threads when
+ * FL_REFERENCE_BLAS_THREADS gives it more than the caller's (blas.c).  The C_i
  * must not overlap. */
 fl_status ref_gemm_batch(const flk_args *a, int32_t dtype, int trans_a, int trans_b, int64_t m,
                          int64_t n, int64_t k, double alpha, const void *A, int64_t lda,
