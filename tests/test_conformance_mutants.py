@@ -168,6 +168,12 @@ MUTANTS = [
            "            st = ref_gemm(a, dt, oa.trans, 0, m, n, k, alpha, oa.p, oa.ld, ob.p, ob.ld, beta,\n"
            "                          C->p, ldc);",
            "mm-float32 and not robust", "kernels", {"mm", "bmm", "addmm"}, "layout matrix"),
+    # A Scalar[] (AdamW's per-parameter bias corrections) read as one scalar for every entry.
+    Mutant("foreach-scalarlist-uses-the-first-scalar-for-every-entry", "src/kernels/foreach.c",
+           "        const double s = scalars ? scalars[k] : scalar;",
+           "        const double s = scalars ? scalars[0] : scalar;",
+           "(ScalarList or _foreach_add_.Scalar-) and float32 and not robust", "kernels",
+           {"_foreach_div_.ScalarList", "_foreach_addcdiv_.ScalarList"}, "out of tolerance"),
 ]
 
 
