@@ -35,18 +35,16 @@ def test_arange_with_dtype(fl, dtype):
 
 
 @pytest.mark.parametrize("args,dtype", [((-3.3, 1000.7, 0.37), torch.float32), ((0, 10, 0.1), torch.float16),
-                                        ((0, 50, 0.3), torch.bfloat16)])
-def test_arange_fractional_step_is_correctly_rounded(fl, args, dtype):
-    """A fractional step: each value is start + i*step computed in float64 and rounded
-    once. PyTorch's CPU kernel adds steps in vector chunks of the output dtype (chunk
-    width depends on the host's SIMD), so it may differ by one unit in the last place."""
+                                        ((0, 50, 0.3), torch.bfloat16), ((1e6, 1e6 + 3, 1e-3), torch.float32)])
+def test_arange_fractional_step_equals_the_cpu_bit_for_bit(fl, args, dtype):
+    """A fractional step: PyTorch's CPU kernel adds steps in vector chunks of the output
+    dtype, so its values are not start + i*step rounded once; fl makes them with that same
+    kernel on the host (one copy to the device) and gives the CPU's values exactly."""
+    fl.op_stats.reset()
     got = torch.arange(*args, dtype=dtype, device="fl:0").cpu()
-    cpu = torch.arange(*args, dtype=dtype)
-    start, _, step = args
-    exact = (start + step * torch.arange(cpu.numel(), dtype=torch.float64)).to(dtype)
-    assert torch.equal(got, exact)
-    ulp = torch.finfo(dtype).eps * cpu.double().abs().clamp_min(1.0)
-    assert ((got.double() - cpu.double()).abs() <= ulp).all()
+    assert torch.equal(got, torch.arange(*args, dtype=dtype))
+    assert _paths(fl, "aten::arange.start_out") == {"generic": 1}
+    assert "cpu" not in {path for paths in fl.op_stats.snapshot().values() for path in paths}
 
 
 def test_arange_rejects_inconsistent_bounds():
@@ -166,3 +164,14 @@ def test_every_extra_decomposition_is_tested():
     assert set(extra.EXTRA_DECOMPOSITIONS) == {
         aten.arange.start_out, aten.cumsum.default, aten._transformer_encoder_layer_fwd.default,
         aten._embedding_bag.default, aten._embedding_bag_forward_only.default, aten._embedding_bag_backward.default}
+
+
+def test_arange_under_a_default_fl_device_stays_on_the_vendor_path(fl):
+    """torch.set_default_device("fl:0") / `with torch.device("fl:0")`: the host-made values
+    must still be made on the host (not recurse into fl's arange and its CPU fallback)."""
+    fl.op_stats.reset()
+    with torch.device("fl:0"):
+        got = torch.arange(0.5, 7.0, 0.25)
+    assert got.device.type == "fl"
+    assert torch.equal(got.cpu(), torch.arange(0.5, 7.0, 0.25))
+    assert _paths(fl, "aten::arange.start_out") == {"generic": 1}, fl.op_stats.snapshot()
