@@ -17,6 +17,8 @@ from typing import Callable
 
 import torch
 
+from fl_runtime.ops.schema import compile_plan
+
 # out-of-place foreach op -> the per-tensor op PyTorch's slow path would call
 _OUT_OF_PLACE: dict[str, Callable] = {"_foreach_sqrt": torch.sqrt}
 _FLOATS = (torch.float32, torch.float64)   # result dtype == input dtype only for these
@@ -55,11 +57,12 @@ def register(library: torch.library.Library, rt) -> None:
 
 def _make_in_place(rt, name: str, per_tensor: Callable) -> Callable:
     launcher = rt.launcher
+    plan = compile_plan(name)      # which positional arguments are tensor lists, which Scalar[]
 
     def kernel(*args, **kwargs) -> None:
-        lists = [a for a in args if isinstance(a, (list, tuple)) and not _is_scalar_list(a)]
+        lists = [args[i] for i in plan.list_tensor_arg_indices if i < len(args)]
         _check_lengths(name, lists)
-        _check_scalar_lengths(name, lists[0], [a for a in args if isinstance(a, (list, tuple)) and _is_scalar_list(a)])
+        _check_scalar_lengths(name, lists[0], [args[i] for i in plan.scalar_list_indices if i < len(args)])
         if _fast_route(launcher, name, lists):
             launcher.launch(name, args, kwargs)
         else:
@@ -76,11 +79,6 @@ def _check_lengths(name: str, lists: list) -> None:
     if any(len(other) != len(lists[0]) for other in lists[1:]):
         raise RuntimeError(f"{name}: Tensor lists must have the same number of tensors, got "
                            f"{', '.join(str(len(other)) for other in lists)}.")
-
-
-def _is_scalar_list(value) -> bool:
-    """A Scalar[] argument (its entries are numbers), not a tensor list."""
-    return bool(value) and not isinstance(value[0], torch.Tensor)
 
 
 def _check_scalar_lengths(name: str, tensors: list, scalar_lists: list) -> None:
