@@ -39,19 +39,37 @@ SNIPPET = textwrap.dedent("""
 def plain_venv(tmp_path_factory):
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.fail("the install compiles the reference plugin: a C compiler must be on PATH")
-    venv = tmp_path_factory.mktemp("plain") / "venv"
+    work = tmp_path_factory.mktemp("plain")
+    venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    # A copy of the checkout without build outputs, as a user's clone would be.
-    source = tmp_path_factory.mktemp("src") / "torch-fl"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "*.so", "build", "*.egg-info",
-                                                                 "__pycache__", ".hypothesis", ".pytest_cache"))
+    source = work / "torch-fl"
+    _copy_clone(source)
     torch_pin = f"torch=={_installed('torch')}"       # never let pip reach for another PyTorch
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    result = subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(source), torch_pin],
-                            capture_output=True, text=True, env=env, timeout=1500)
+    result = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-cache-dir", str(source),
+                             torch_pin], capture_output=True, text=True, env=env, timeout=1500)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return python, env
+    yield python, env
+    # The venv holds a copy of PyTorch (~1 GB); pytest keeps the last three runs' temp folders.
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _copy_clone(destination: Path) -> None:
+    """Copy what a user's clone holds: the files git tracks or would track, never build outputs or
+    the venvs `make test` creates beside the sources (.venv-torch-next alone is ~6 GB)."""
+    listing = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             cwd=ROOT, capture_output=True)
+    if listing.returncode != 0:          # not a git checkout (an sdist, say): skip what .gitignore names
+        shutil.copytree(ROOT, destination, ignore=shutil.ignore_patterns(
+            ".venv*", ".git", "*.so", "build", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache"))
+        return
+    for name in filter(None, listing.stdout.decode().split("\0")):
+        origin = ROOT / name
+        if origin.is_file():
+            target = destination / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(origin, target)
 
 
 def _installed(name: str) -> str:
