@@ -13,6 +13,9 @@ The layers and what each may import: README, "Architecture".
 """
 from __future__ import annotations
 
+import importlib
+import os
+
 from fl_runtime.errors import (
     ConfigError,
     DeviceNotFoundError,
@@ -35,14 +38,18 @@ from fl_runtime.errors import (
 from fl_runtime.integration import process
 from fl_runtime.runtime import Runtime
 from fl_runtime.tools import op_stats
-from fl_runtime.tools.coverage import CoverageReport, coverage
 from fl_runtime.tools.diagnostics import remember_recent_log
-from fl_runtime.tools.profiler import Profile, profile, start_from_env
 from fl_runtime.tools import torch_profiler
 from fl_runtime.version import __version__
 
+# Imported at first use: most programs never profile or measure coverage, and these
+# modules (fx tracing, the trace writer) were ~10 ms of every start-up.
+LAZY_NAMES = {"profile": "fl_runtime.tools.profiler", "Profile": "fl_runtime.tools.profiler",
+              "coverage": "fl_runtime.tools.coverage", "CoverageReport": "fl_runtime.tools.coverage"}
+
 remember_recent_log()      # before start-up: doctor shows start-up warnings
-start_from_env()           # TORCH_FL_PROFILE=path profiles the whole process (README, "Profiler")
+if os.environ.get("TORCH_FL_PROFILE"):   # profile the whole process (README, "Profiler")
+    importlib.import_module(LAZY_NAMES["profile"]).start_from_env()
 torch_profiler.install()   # torch.autograd.profiler.profile(use_device="fl"): host and fl times
 
 
@@ -58,6 +65,10 @@ def runtime() -> Runtime:
 def __getattr__(name: str):
     if name == "startup_error":      # what the last start-up attempt raised, or None
         return process.startup_error
+    if name in LAZY_NAMES:
+        value = getattr(importlib.import_module(LAZY_NAMES[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'fl_runtime' has no attribute {name!r}")
 
 

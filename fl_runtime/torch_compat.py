@@ -10,8 +10,6 @@ import re
 from pathlib import Path
 
 import torch
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
 
 from fl_runtime.errors import TorchVersionError
 
@@ -41,23 +39,55 @@ def supported_torch_range() -> str:
 # A plain `torch<specifiers>` requirement, read without packaging.requirements (whose
 # marker grammar every start-up would otherwise import); anything else goes to it.
 _PLAIN_TORCH = re.compile(r"torch\s*((?:[<>=!~]=?|===)[^;@\[\]]*)")
+# A clause that compares with a plain release ('>=2.13', '<2.15'): decided without packaging,
+# whose specifier module cost ~10 ms of every start-up.  Anything else (~=, ===, wildcards,
+# pre-releases) is packaging's.
+_PLAIN_CLAUSE = re.compile(r"\s*(<=|>=|==|!=|<|>)\s*(\d+(?:\.\d+)*)\s*")
+_PLAIN_RELEASE = re.compile(r"\d+(?:\.\d+)*")
+_COMPARE = {"<": tuple.__lt__, "<=": tuple.__le__, ">": tuple.__gt__, ">=": tuple.__ge__,
+            "==": tuple.__eq__, "!=": tuple.__ne__}
 
 
 def _torch_specifier(text: str) -> str | None:
     """The specifier of a requirement on torch without markers ('<2.15,>=2.13'), else None."""
     plain = _PLAIN_TORCH.fullmatch(text.strip())
     if plain:
+        clauses = plain.group(1).split(",")
+        if all(_PLAIN_CLAUSE.fullmatch(c) for c in clauses):   # packaging's str(): sorted, no spaces
+            return ",".join(sorted("".join(c.split()) for c in clauses))
+        from packaging.specifiers import SpecifierSet
         return str(SpecifierSet(plain.group(1)))
     from packaging.requirements import Requirement
     req = Requirement(text)
     return str(req.specifier) if req.name == "torch" and not req.marker else None
 
 
+def admits(spec: str, version: str) -> bool:
+    """Whether specifier `spec` admits `version`, pre-releases included, as packaging's
+    SpecifierSet.contains(version, prereleases=True) answers.  Plain releases against plain
+    clauses are release tuples compared zero-padded (PEP 440's rule for them)."""
+    clauses = [_PLAIN_CLAUSE.fullmatch(c) for c in spec.split(",")] if spec else []
+    if _PLAIN_RELEASE.fullmatch(version) and all(clauses):
+        found = _release(version)
+        return all(_COMPARE[c.group(1)](*_padded(found, _release(c.group(2)))) for c in clauses)
+    from packaging.specifiers import SpecifierSet
+    return SpecifierSet(spec).contains(version, prereleases=True)
+
+
+def _release(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def _padded(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    width = max(len(a), len(b))
+    return a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
+
+
 def check_torch_version(version: str | None = None) -> None:
     """Raise TorchVersionError naming both versions when torch is unsupported."""
-    found = Version((version or torch.__version__).split("+")[0])
+    found = (version or torch.__version__).split("+")[0]
     spec = supported_torch_range()
-    if not SpecifierSet(spec).contains(found, prereleases=True):
+    if not admits(spec, found):
         raise TorchVersionError(
             f"Torch-FL supports torch{spec}, but torch {found} is installed: "
             f"install a supported PyTorch (pip install 'torch{spec}') or a Torch-FL release built for {found}")
@@ -73,7 +103,7 @@ def check_torch_version(version: str | None = None) -> None:
 # for every path below (the runtime's tests pass unchanged under both, with one plugin
 # binary).  When a minor differs, the branch goes here, as a function keyed on
 # TORCH_MINOR, with the reason, and callers use the function.
-TORCH_MINOR: tuple[int, int] = Version(torch.__version__.split("+")[0]).release[:2]
+TORCH_MINOR: tuple[int, int] = tuple(int(n) for n in re.match(r"(\d+)\.(\d+)", torch.__version__).groups())
 
 PRIVATE_APIS: dict[str, str] = {
     "torch._C._acc.PrivateUse1Hooks": "the Python-backend hooks (is_available, has_primary_context)",
@@ -85,6 +115,7 @@ PRIVATE_APIS: dict[str, str] = {
     "torch._C._set_multithreading_enabled": "backward on the calling thread (one device-guard queue)",
     "torch._C._from_dlpack": "wraps vendor memory as a tensor (kDLExtDev = PrivateUse1)",
     "torch._C._dispatch_has_kernel_for_dispatch_key": "the fallback chain: which ops run natively",
+    "torch._C._dispatch_find_schema_or_throw": "start-up: whether aten defines an op a plugin offers (ops.schema)",
     "torch._C.DispatchKeySet": "redispatch of views and storage metadata ops to the CPU kernel",
     "torch._C.DispatchKey.CPU": "the same",
     "torch._C.DispatchKey.AutocastPrivateUse1": "the cast policy of torch.autocast('fl')",

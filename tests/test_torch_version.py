@@ -43,3 +43,21 @@ def test_the_runtime_uses_no_private_pytorch_name_outside_the_table():
                 if not any(name == listed or name.startswith(listed + ".") or listed.startswith(name + ".")
                            for listed in PRIVATE_APIS)}
     assert unlisted == {}, "add these to fl_runtime.torch_compat.PRIVATE_APIS with why"
+
+
+_CLAUSES = ["<2.15", ">=2.13", "==2.13", "!=2.14.0", "<=2.14.1", ">2.13.0", "==2.13.*", "~=2.13", ">=2.13.0rc1",
+            "<3", "==2"]
+_VERSIONS = ["2.13", "2.13.0", "2.13.1", "2.14.1", "2.15.0", "2.15.0rc1", "2.14.0a0", "2.13.0.post1", "2",
+             "3.0.0", "2.12.9", "2.13.0.dev20260101"]
+
+
+@pytest.mark.parametrize("spec", [",".join(pair) for pair in zip(_CLAUSES, _CLAUSES[1:] + _CLAUSES[:1])] +
+                         _CLAUSES)
+def test_the_version_check_answers_as_packaging_does(spec):
+    """torch_compat.admits decides plain clauses without importing packaging (a start-up
+    cost): for every version it must give SpecifierSet's answer, pre-releases included."""
+    from packaging.specifiers import SpecifierSet
+
+    from fl_runtime.torch_compat import admits
+    for version in _VERSIONS:
+        assert admits(spec, version) == SpecifierSet(spec).contains(version, prereleases=True), (spec, version)

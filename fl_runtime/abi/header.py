@@ -6,7 +6,10 @@ from the same header: it loads this file by path.  Standard library and cffi onl
 """
 from __future__ import annotations
 
-import cffi
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import cffi
 
 CDEF_BEGIN, CDEF_END = "/* FL_CDEF_BEGIN */", "/* FL_CDEF_END */"
 
@@ -20,6 +23,8 @@ def cdef_region(header_text: str, header_path: object = "fl_abi.h") -> str:
 
 def build_ffi(header_path: object) -> cffi.FFI:
     """An FFI holding every declaration of the header at `header_path`."""
+    import cffi     # here, not at the top: a start-up that loads the cached module never needs it
+
     with open(header_path, encoding="utf-8") as handle:
         text = handle.read()
     ffi = cffi.FFI()

@@ -29,7 +29,7 @@ from fl_runtime.ops.fallback.chain import FallbackChain, mixed_devices_error
 from fl_runtime.ops.marshal import MarshalError, marshal, replay
 from fl_runtime.ops.meta_cache import OutputSpecCache
 from fl_runtime.ops.op_table import KernelChoice
-from fl_runtime.ops.schema import OpPlan, compile_plan
+from fl_runtime.ops.schema import OpPlan, aten_op_exists, compile_plan
 
 _FL_DTYPE = abi.DTYPE_TO_FL
 _NATIVE = accounting.NATIVE
@@ -128,12 +128,12 @@ class Launcher:
     def register(self, library: torch.library.Library, op_names: set[str], skip: set[str]) -> list[str]:
         """Give PyTorch a PrivateUse1 kernel for each op not in `skip` (ops the runtime
         implements itself, e.g. copy_, which call launch() for their device part).
-        Returns the names PyTorch does not know."""
+        Returns the names PyTorch does not know.  An op's plan is compiled at its first
+        call, not here: most of a program's ~230 ops never run, and compiling them all
+        was a third of the start-up (BENCHMARKS.md, "import")."""
         unknown = []
         for name in sorted(op_names - skip):
-            try:
-                self._plan(name)
-            except AttributeError:
+            if not aten_op_exists(name):
                 unknown.append(name)
                 continue
             library.impl(name, self._make_kernel(name), "PrivateUse1")
@@ -167,39 +167,38 @@ class Launcher:
         return not isinstance(main, torch.Tensor) or bool((choice.dtypes >> _FL_DTYPE[main.dtype]) & 1)
 
     def _make_kernel(self, name: str):
-        # The op's plan and signature cache bound once here: a call pays no lookup for them.
         launch = self._launch_planned
-        plan, spec_cache = self._plan(name)
-        if not fast_path.eligible(plan):
-            def kernel(*args, **kwargs):
-                try:
-                    return launch(name, plan, spec_cache, args, kwargs)
-                except BaseException as exc:
-                    _outlive_unwinding(exc, args, kwargs)
-                    del args, kwargs, exc
-                    raise
-        else:
-            programs = self._programs.setdefault(name, {})   # call key -> fast_path.Program
-            run = self._run_program
-            call_key = fast_path.call_key
-            value_key = fast_path.value_key
+        run = self._run_program
+        call_key = fast_path.call_key
+        value_key = fast_path.value_key
+        # Bound at the first call (see register) and then read from the closure: a call pays
+        # no lookup for them.  `plan` is stored last, so a thread that sees it set also sees
+        # the other two (a racing first call compiles the same plan; _plan keeps one).
+        plan = spec_cache = programs = None
 
-            def kernel(*args, **kwargs):
+        def kernel(*args, **kwargs):
+            nonlocal plan, spec_cache, programs
+            try:
+                if plan is None:
+                    compiled, cache = self._plan(name)
+                    spec_cache = cache
+                    # call key -> fast_path.Program, for ops whose calls can have programs
+                    programs = self._programs.setdefault(name, {}) if fast_path.eligible(compiled) else None
+                    plan = compiled
+                if programs is None or accounting.HOOKED:   # a profile or phase timing: the full path reports
+                    return launch(name, plan, spec_cache, args, kwargs)
                 try:
-                    if accounting.HOOKED:          # a profile or phase timing: the full path reports to it
-                        return launch(name, plan, spec_cache, args, kwargs)
-                    try:
-                        key = call_key(args, kwargs) if kwargs else tuple(map(value_key, args))   # call_key, inlined
-                        program = programs.get(key)
-                    except TypeError:              # an unhashable argument: no program
-                        return launch(name, plan, spec_cache, args, kwargs)
-                    if program is not None:
-                        return run(name, plan, spec_cache, program, args, kwargs)
-                    return launch(name, plan, spec_cache, args, kwargs, programs, key)
-                except BaseException as exc:
-                    _outlive_unwinding(exc, args, kwargs)
-                    del args, kwargs, exc
-                    raise
+                    key = call_key(args, kwargs) if kwargs else tuple(map(value_key, args))   # call_key, inlined
+                    program = programs.get(key)
+                except TypeError:              # an unhashable argument: no program
+                    return launch(name, plan, spec_cache, args, kwargs)
+                if program is not None:
+                    return run(name, plan, spec_cache, program, args, kwargs)
+                return launch(name, plan, spec_cache, args, kwargs, programs, key)
+            except BaseException as exc:
+                _outlive_unwinding(exc, args, kwargs)
+                del args, kwargs, exc
+                raise
         kernel.__name__ = f"fl_{name.replace('.', '_')}"
         return kernel
 

@@ -61,6 +61,17 @@ def op_overload(name: str) -> torch._ops.OpOverload:
     return getattr(getattr(torch.ops.aten, packet), overload or "default")
 
 
+def aten_op_exists(name: str) -> bool:
+    """Whether PyTorch defines aten op `name` ('add.Tensor', 'mm'): one dispatcher lookup,
+    without building the Python op packet op_overload makes (start-up asks for every op)."""
+    packet, _, overload = name.partition(".")
+    try:
+        torch._C._dispatch_find_schema_or_throw(f"aten::{packet}", overload)
+    except RuntimeError:
+        return False
+    return True
+
+
 def compile_plan(name: str) -> OpPlan:
     op = op_overload(name)
     schema = op._schema

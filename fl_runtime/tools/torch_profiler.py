@@ -28,7 +28,6 @@ from torch.autograd import profiler as autograd_profiler
 from torch.autograd.profiler_util import FunctionEvent
 
 from fl_runtime.devices.registry import DEVICE_TYPE
-from fl_runtime.tools.profiler import Profile
 
 _WRAPPED = "_torch_fl_wrapped"
 
@@ -66,6 +65,7 @@ def _with_fl_session_start(start):
         result = start(self)
         if _is_fl(self) and getattr(self, "_fl_session", None) is None:
             # warn_share=1: the user asked PyTorch's profiler, not for Torch-FL's fallback warning.
+            from fl_runtime.tools.profiler import Profile    # at first use: fl_runtime.LAZY_NAMES
             self._fl_session = Profile(warn_share=1.0).__enter__()
         return result
     return _start_trace

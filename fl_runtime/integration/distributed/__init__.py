@@ -4,13 +4,25 @@
 so `init_process_group("gloo")`, `init_process_group()`, `"cpu:gloo,fl:fl"`,
 `new_group` and torchrun-launched scripts all accept fl tensors.
 """
-from fl_runtime.integration.distributed.checkpoint import (CheckpointError, Resumed, latest_checkpoint,
-                                                            load_checkpoint, save_checkpoint)
-from fl_runtime.integration.distributed.mixed_speed import ThroughputSplit, split_by_throughput
-from fl_runtime.integration.distributed.process_group import BACKEND_NAME, FLProcessGroup
-from fl_runtime.integration.distributed.registration import register
-from fl_runtime.integration.distributed.transport import HostGlooTransport, Transport
-from fl_runtime.integration.distributed.work import CollectiveError, FLWork
+import importlib
+
+from fl_runtime.integration.distributed.registration import BACKEND_NAME, register
+
+# The rest at first use (PEP 562): every start-up registers the backend, few processes
+# build a group or save a checkpoint, and these modules were ~10 ms of start-up.
+_LAZY = {"CheckpointError": "checkpoint", "Resumed": "checkpoint", "latest_checkpoint": "checkpoint",
+         "load_checkpoint": "checkpoint", "save_checkpoint": "checkpoint", "ThroughputSplit": "mixed_speed",
+         "split_by_throughput": "mixed_speed", "FLProcessGroup": "process_group",
+         "HostGlooTransport": "transport", "Transport": "transport", "CollectiveError": "work", "FLWork": "work"}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ["BACKEND_NAME", "CheckpointError", "CollectiveError", "FLProcessGroup", "FLWork", "HostGlooTransport",
            "Resumed", "ThroughputSplit", "Transport", "latest_checkpoint", "load_checkpoint", "register",

@@ -31,9 +31,8 @@ import torch.distributed as dist
 from fl_runtime.integration.distributed.staging import IN, INOUT, OUT, Staging
 from fl_runtime.integration.distributed.transport import Transport
 from fl_runtime.integration.distributed.vendor import VendorCollectives
+from fl_runtime.integration.distributed.registration import BACKEND_NAME  # noqa: F401 (re-exported)
 from fl_runtime.integration.distributed.work import CallSite, CollectiveError, FLWork
-
-BACKEND_NAME = "fl"
 
 
 class FLProcessGroup(dist.ProcessGroup):

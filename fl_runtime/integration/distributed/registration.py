@@ -24,9 +24,10 @@ import threading
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from fl_runtime.integration.distributed.process_group import BACKEND_NAME, FLProcessGroup
-from fl_runtime.integration.distributed.transport import default_transport
+from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.logs import logger
+
+BACKEND_NAME = DEVICE_TYPE       # the backend for fl tensors is named as their device type
 
 _lock = threading.Lock()
 _registered = False
@@ -46,8 +47,11 @@ def register() -> None:
         _registered = True
 
 
-def create_process_group(options, backend_options=None) -> FLProcessGroup:
-    """The creator PyTorch calls with its `_DistributedBackendOptions` (extended_api=True)."""
+def create_process_group(options, backend_options=None):
+    """The creator PyTorch calls with its `_DistributedBackendOptions` (extended_api=True).
+    The group's modules are imported here, at the first group: most processes build none."""
+    from fl_runtime.integration.distributed.process_group import FLProcessGroup
+    from fl_runtime.integration.distributed.transport import default_transport
     return FLProcessGroup(options.store, options.group_rank, options.group_size, options.timeout,
                           default_transport(), group_name=str(options.group_id))
 
