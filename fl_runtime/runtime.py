@@ -24,6 +24,7 @@ from fl_runtime.devices.storage import (
     wrap_block,
 )
 from fl_runtime.devices.streams import DEFAULT_STREAM_ID, Stream, StreamRegistry
+from fl_runtime.devices.uploads import PendingUploads
 from fl_runtime.errors import DeviceNotFoundError, UnsupportedDtypeError
 from fl_runtime.logs import configure_logging, logger
 from fl_runtime.ops.copies import copy_to_host
@@ -53,6 +54,7 @@ class Runtime:
         self.streams = StreamRegistry(self._open_default_streams())
         self.op_names = build_op_table(self.devices, self.config.kernels)
         self.allocators = [CachingAllocator(d, self._synchronizer(d.index)) for d in self.devices]
+        self.uploads = PendingUploads()      # host buffers of copies in flight (ops/copies.py)
         self.rng = DeviceRNG(len(self.devices))
         self.launcher = Launcher(self)
         self._local = threading.local()     # .device: this thread's current device

@@ -47,3 +47,58 @@ def test_kernel_on_default_stream_waits_for_side_stream_writer(fl):
         z = a @ a
     w = z + 1                          # default stream reads what the side stream wrote
     assert torch.allclose(w.cpu(), a.cpu() @ a.cpu() + 1, rtol=1e-4, atol=1e-3)
+
+
+def _count_stream_waits(monkeypatch) -> list:
+    from fl_runtime.devices.streams import Stream
+    waits = []
+    original = Stream.synchronize
+    monkeypatch.setattr(Stream, "synchronize", lambda self: (waits.append(self), original(self))[1])
+    return waits
+
+
+def test_a_small_upload_does_not_wait_for_the_stream_and_keeps_the_callers_values(fl, monkeypatch):
+    """copy_ from a small host tensor stages it and returns without synchronising the stream
+    (which would wait for every queued kernel); the caller may change its tensor at once."""
+    import torch_fl
+    from fl_runtime.ops.copies import STAGE_BYTES
+    a = torch.randn(600, 600, device="fl:0")
+    busy = a @ a                                        # queued work the upload must not wait for
+    waits = _count_stream_waits(monkeypatch)
+    src = torch.arange(12.0).reshape(3, 4)
+    dst = torch.empty(3, 4, device="fl:0")
+    dst.copy_(src)
+    src.add_(100)                                       # the caller reuses its buffer right away
+    positions = torch.arange(7, device="fl:0")          # arange: made on the host, uploaded
+    assert waits == [] and src.numel() * 4 <= STAGE_BYTES
+    assert torch.equal(dst.cpu(), torch.arange(12.0).reshape(3, 4))
+    assert torch.equal(positions.cpu(), torch.arange(7))
+    assert torch.allclose(busy.cpu(), a.cpu() @ a.cpu(), rtol=1e-4, atol=1e-3)
+    torch.fl.synchronize()
+    a @ a                                               # a later upload retires the finished ones
+    dst.copy_(src)
+    assert torch_fl.runtime().uploads.pending(0) <= 1
+
+
+def test_a_large_upload_from_the_callers_memory_waits_for_its_stream(fl, monkeypatch):
+    """Above STAGE_BYTES the caller's own buffer is read by the device: copy_ returns when it has."""
+    from fl_runtime.ops.copies import STAGE_BYTES
+    src = torch.randn(STAGE_BYTES // 4 + 1)
+    waits = _count_stream_waits(monkeypatch)
+    dst = src.to("fl:0")
+    assert len(waits) == 1
+    src.zero_()
+    assert not torch.equal(dst.cpu(), src)
+
+
+def test_pending_uploads_stay_bounded_and_every_value_arrives(fl):
+    import torch_fl
+    from fl_runtime.devices.uploads import LIMIT
+    a = torch.randn(400, 400, device="fl:0")
+    a @ a
+    sources = [torch.full((5,), float(i)) for i in range(LIMIT + 40)]
+    targets = [s.to("fl:0") for s in sources]
+    for s in sources:
+        s.fill_(-1.0)
+    assert torch_fl.runtime().uploads.pending(0) <= LIMIT
+    assert all(torch.equal(t.cpu(), torch.full((5,), float(i))) for i, t in enumerate(targets))

@@ -2,8 +2,11 @@
 
 Every copy is ordered after the pending writes on the streams that produced
 its source (README "Device API"): the runtime tracks the last writer stream per block.
-Copies from the host are synchronous (the host buffer may change right after
-copy_ returns); copies to the host wait for the data by definition.
+A copy from the host must not read the caller's buffer after copy_ returns (it may
+change at once): a small one (up to STAGE_BYTES) is staged in a host copy the runtime
+owns and enqueued without waiting, its staging buffer kept until the device has read
+it (devices/uploads.py), as are the runtime's own temporaries; a large one from the
+caller's memory waits for its stream.  Copies to the host wait for the data by definition.
 Converting or strided copies on a device use the vendor's `copy_` kernel; a
 vendor without one gets them through the host (a CPU fallback, counted).
 """
@@ -16,6 +19,10 @@ import torch
 from fl_runtime.abi import ffi
 from fl_runtime.devices.storage import storage_base
 from fl_runtime.ops import accounting
+
+# Host-to-device copies up to this size are staged (one host memcpy) instead of waiting for the
+# stream, which would also wait for every kernel queued before the copy (module docstring).
+STAGE_BYTES = 1 << 16
 
 
 def register(library: torch.library.Library, rt) -> None:
@@ -136,8 +143,10 @@ def _with_bits_of(host: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return host
 
 
-def _raw_h2d(rt, dst: torch.Tensor, host: torch.Tensor, whole_storage: bool = False) -> None:
-    """Bytes of a contiguous host tensor into dst's region (or its whole storage)."""
+def _raw_h2d(rt, dst: torch.Tensor, host: torch.Tensor, whole_storage: bool = False, owned: bool = False) -> None:
+    """Bytes of a contiguous host tensor into dst's region (or its whole storage).  `owned`:
+    nobody but the runtime holds `host`, so the copy need not be waited for (rt.uploads
+    keeps `host` until the device has read it); otherwise the stream is synchronised."""
     device = rt.device(dst.device.index)
     stream = rt.streams.current(device.index)
     rt.order_after_writers(device.index, stream, (), (dst,))
@@ -146,7 +155,10 @@ def _raw_h2d(rt, dst: torch.Tensor, host: torch.Tensor, whole_storage: bool = Fa
     status = device.plugin.api.memcpy_h2d_async(stream.handle, storage_base(dst), offset,
                                                 ffi.cast("void*", host.data_ptr()), nbytes)
     device.plugin.check(status, f"memcpy_h2d_async(fl:{device.index}, {nbytes} bytes)")
-    stream.synchronize()   # `host` may be freed or changed as soon as we return
+    if owned:
+        rt.uploads.hold(device, stream, host)
+    else:
+        stream.synchronize()   # `host` may be freed or changed as soon as we return
 
 
 def _raw_d2h(rt, host: torch.Tensor, src: torch.Tensor, whole_storage: bool = False) -> None:
@@ -163,16 +175,24 @@ def _raw_d2h(rt, host: torch.Tensor, src: torch.Tensor, whole_storage: bool = Fa
         stream.synchronize()
 
 
-def _host_to_device(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
+def _host_to_device(rt, dst: torch.Tensor, src: torch.Tensor, src_owned: bool = False) -> None:
+    """dst.copy_(src) for a CPU `src`; `src_owned`: a temporary of the runtime's (no caller holds it)."""
     host = src.to(dtype=dst.dtype).expand(dst.shape).contiguous()
+    owned = src_owned or not _same_memory(host, src)     # a converted or densified copy is ours
+    if not owned and host.numel() * host.element_size() <= STAGE_BYTES:
+        host, owned = host.clone(), True                  # staged: the caller may reuse src at once
     if dst.is_contiguous():
-        _raw_h2d(rt, dst, host)
+        _raw_h2d(rt, dst, host, owned=owned)
     elif rt.launcher.has_kernel(dst.device.index, "copy_", dst.dtype):
         staged = rt.new_like_contiguous(dst)
-        _raw_h2d(rt, staged, host)
+        _raw_h2d(rt, staged, host, owned=owned)
         rt.launcher.launch("copy_", (dst, staged), {})
     else:
         _write_via_host(rt, dst, host)
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 def copy_to_host(rt, src: torch.Tensor, dst: torch.Tensor) -> None:
@@ -205,7 +225,7 @@ def _write_via_host(rt, dst: torch.Tensor, host: torch.Tensor) -> None:
     raw = torch.empty(dst.untyped_storage().nbytes(), dtype=torch.uint8)
     _raw_d2h(rt, raw, dst, whole_storage=True)
     raw.view(dst.dtype).as_strided(dst.shape, dst.stride(), dst.storage_offset()).copy_(host)
-    _raw_h2d(rt, dst, raw, whole_storage=True)
+    _raw_h2d(rt, dst, raw, whole_storage=True, owned=True)
 
 
 def _on_device(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -215,13 +235,13 @@ def _on_device(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
         _raw_device_copy(rt, dst, src)
     else:
         _ensure_cpu_allowed(rt, dst.device.index)
-        _host_to_device(rt, dst, src.cpu())
+        _host_to_device(rt, dst, src.cpu(), src_owned=True)
 
 
 def _across_devices(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
     src_dev, dst_dev = rt.device(src.device.index), rt.device(dst.device.index)
     if src_dev.plugin is not dst_dev.plugin:
-        _host_to_device(rt, dst, src.cpu())    # different vendors share no memory: stage on the host
+        _host_to_device(rt, dst, src.cpu(), src_owned=True)    # different vendors share no memory: stage on the host
         return
     dense = src if (src.is_contiguous() and src.dtype == dst.dtype and src.shape == dst.shape) \
         else src.to(dst.dtype).expand(dst.shape).contiguous()

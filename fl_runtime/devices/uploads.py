@@ -1,0 +1,69 @@
+"""Host buffers of host-to-device copies still in flight.
+
+A copy from the host is enqueued on a stream and returns at once; the host
+bytes it reads must stay as they are until the device has read them.  The
+copy path (ops/copies.py) hands such a copy only buffers the runtime itself
+owns (a fresh staging copy, or a temporary nobody else can see), so nothing
+but their lifetime has to be managed: each is kept here with a vendor event
+recorded after its copy and let go once that event has completed.  This is
+what spares a host-to-device copy the stream synchronisation that would
+otherwise stall the host behind every queued kernel (an HF decode loop copies
+positions in every forward).
+
+Events are reused: one is taken from the device's spare list, recorded, and
+returned to it when its copy is done.  Finished copies are retired whenever a
+new one is held, and at most `LIMIT` stay pending per device: past that the
+oldest is waited for, so a host that outruns its device holds bounded memory.
+The holder lives on the Runtime, which is kept until exit (integration/shutdown.py),
+so its events are never destroyed after their plugin.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+import torch
+
+from fl_runtime.devices.registry import DeviceInfo
+from fl_runtime.devices.streams import Event, Stream
+from fl_runtime.errors import FLError
+
+LIMIT = 256        # pending copies per device before the oldest is waited for
+
+
+class PendingUploads:
+    """Keeps each in-flight copy's host buffer until the device has read it (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[int, deque[tuple[Event, torch.Tensor]]] = {}
+        self._spare: dict[int, list[Event]] = {}
+
+    def hold(self, device: DeviceInfo, stream: Stream, host: torch.Tensor) -> None:
+        """Keep `host` until the work enqueued on `stream` so far (its copy) is done."""
+        with self._lock:
+            pending = self._pending.setdefault(device.index, deque())
+            spare = self._spare.setdefault(device.index, [])
+            self._retire(pending, spare)
+            try:
+                event = spare.pop() if spare else Event(device)
+                event.record(stream)
+            except FLError:
+                # No event to wait on: wait for the copy itself (raises if the device failed).
+                stream.synchronize()
+                return
+            pending.append((event, host))
+            if len(pending) > LIMIT:
+                pending[0][0].synchronize()
+                self._retire(pending, spare)
+
+    def pending(self, device_index: int) -> int:
+        """How many copies to fl:<device_index> still hold a host buffer."""
+        with self._lock:
+            return len(self._pending.get(device_index, ()))
+
+    @staticmethod
+    def _retire(pending: deque, spare: list) -> None:
+        while pending and pending[0][0].query():
+            event, _ = pending.popleft()
+            spare.append(event)
