@@ -65,7 +65,8 @@ def _pin_memory(self: torch.Tensor, device=None) -> torch.Tensor:
 
     PyTorch asks the PrivateUse1 hooks for a pinned allocator, which only C++ can
     register (RegisterPrivateUse1HooksInterface), and the fl ABI has no page-locked
-    host memory: copies from the host are synchronous, so pinning would gain nothing.
+    host memory: a copy from the host never reads the caller's buffer after it returns
+    (module docstring), so pinning would gain nothing.
     This returns an ordinary (pageable) copy, as pin_memory() would, so that code
     asking for pinning runs unchanged; is_pinned() stays False, truthfully.
     torch.empty(..., pin_memory=True) still raises PyTorch's error: that factory asks the
@@ -74,7 +75,7 @@ def _pin_memory(self: torch.Tensor, device=None) -> torch.Tensor:
     if not _pin_warned:
         _pin_warned = True
         warnings.warn("torch_fl: fl devices have no pinned (page-locked) host memory; pin_memory() returns "
-                      "an ordinary CPU copy (host-to-device copies are synchronous either way)", stacklevel=3)
+                      "an ordinary CPU copy (host-to-device copies do not need it)", stacklevel=3)
     return self.clone()
 
 
