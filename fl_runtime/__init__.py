@@ -43,7 +43,7 @@ from fl_runtime.tools import torch_profiler
 from fl_runtime.version import __version__
 
 # Imported at first use: most programs never profile or measure coverage, and these
-# modules (fx tracing, the trace writer) were ~10 ms of every start-up.
+# modules (fx tracing, the trace writer) were ~3 ms of every start-up.
 LAZY_NAMES = {"profile": "fl_runtime.tools.profiler", "Profile": "fl_runtime.tools.profiler",
               "coverage": "fl_runtime.tools.coverage", "CoverageReport": "fl_runtime.tools.coverage"}
 

@@ -79,3 +79,28 @@ def test_the_torch_range_is_read_as_packaging_requirements_reads_it(text):
     from fl_runtime.torch_compat import _torch_specifier
     req = Requirement(text)
     assert _torch_specifier(text) == (str(req.specifier) if req.name == "torch" and not req.marker else None)
+
+
+_LAZY_START = """
+import json, sys, torch, torch_fl
+(torch.ones(2, device="fl:0") + 1).cpu()
+lazy = ("fl_runtime.tools.profiler", "fl_runtime.tools.coverage", "fl_runtime.integration.distributed.process_group",
+        "fl_runtime.integration.distributed.checkpoint", "packaging.specifiers", "cffi")
+loaded = sorted(m for m in lazy if m in sys.modules)
+with torch_fl.profile() as session:               # each still works at first use
+    (torch.ones(2, device="fl:0") * 2).cpu()
+from fl_runtime.integration import distributed
+print(json.dumps({"loaded": loaded, "profiled": "aten::mul" in session.summary(),
+                  "group": distributed.FLProcessGroup.__name__, "coverage": callable(torch_fl.coverage)}))
+"""
+
+
+def test_a_default_start_leaves_the_tools_and_group_modules_for_their_first_use(python):
+    """Start-up imports no profiler, coverage, process-group or checkpoint module, no
+    packaging.specifiers and no cffi front end (fl_runtime.LAZY_NAMES and its kin); each
+    is imported, and works, when first asked for."""
+    python(_LAZY_START, {"TORCH_FL_CONFIG": ""})        # a first start may fill the header's module cache
+    result = python(_LAZY_START, {"TORCH_FL_CONFIG": ""})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+        "loaded": [], "profiled": True, "group": "FLProcessGroup", "coverage": True}

@@ -130,7 +130,7 @@ class Launcher:
         implements itself, e.g. copy_, which call launch() for their device part).
         Returns the names PyTorch does not know.  An op's plan is compiled at its first
         call, not here: most of a program's ~230 ops never run, and compiling them all
-        was a third of the start-up (BENCHMARKS.md, "import")."""
+        cost every start-up ~6 ms (BENCHMARKS.md, "import")."""
         unknown = []
         for name in sorted(op_names - skip):
             if not aten_op_exists(name):
