@@ -101,6 +101,7 @@ def compile_plan(name: str) -> OpPlan:
 
 
 _NUMBER_TYPES = (bool, int, float, complex)
+_tensor_slots: dict = {}     # op -> positions of its Tensor / Tensor? arguments (numbers_as_tensors)
 
 
 def numbers_as_tensors(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -116,7 +117,13 @@ def numbers_as_tensors(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> 
     if not any(isinstance(v, _NUMBER_TYPES) for v in (*args, *kwargs.values())):
         return args, kwargs
     schema_args = op._schema.arguments
-    slots = [i for i, a in enumerate(schema_args) if unwrap_optional(str(a.type)) == "Tensor"]
+    slots = _tensor_slots.get(op)
+    if slots is None:        # read from the schema once per op (arange's Scalars come here every call)
+        slots = _tensor_slots.setdefault(op, tuple(i for i, a in enumerate(schema_args)
+                                                   if unwrap_optional(str(a.type)) == "Tensor"))
+    if not any(isinstance(args[i] if i < len(args) else kwargs.get(schema_args[i].name), _NUMBER_TYPES)
+               for i in slots):
+        return args, kwargs
     args, kwargs = list(args), dict(kwargs)
     reference = next((v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)), None)
     for i in slots:

@@ -52,7 +52,15 @@ def kernel_name(op: torch._ops.OpOverload) -> str:
 
 
 def dtype_signature(args, kwargs) -> tuple:
-    return tuple(t.dtype for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor))
+    """The dtypes of a call's tensors, in argument order (lists' entries in place).  An aten
+    call's arguments nest at most a list deep; a plain walk, as pytree's took ~10 us a call."""
+    dtypes = []
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(value, torch.Tensor):
+            dtypes.append(value.dtype)
+        elif isinstance(value, (list, tuple)):
+            dtypes.extend(t.dtype for t in value if isinstance(t, torch.Tensor))
+    return tuple(dtypes)
 
 
 def mixed_devices_error(op_name: str, device_index: int) -> RuntimeError:
@@ -66,25 +74,26 @@ def check_no_cpu_operands(op: torch._ops.OpOverload, args: tuple, kwargs: dict, 
     """Refuse a CPU tensor with dimensions among an op's Tensor / Tensor[] arguments, as CUDA
     does: the fallbacks would otherwise compute with it. 0-dim CPU tensors (PyTorch's wrapped
     numbers) and index lists (Tensor?[], which CUDA lets live on the CPU) are allowed."""
-    for arg, value in _schema_values(op, args, kwargs):
-        type_str = str(arg.type)
-        if type_str in ("Tensor", "Optional[Tensor]"):          # as str(arg.type) prints them
-            values = (value,)
-        elif type_str == "List[Tensor]":
-            values = value or ()
-        else:
-            continue
-        for t in values:
+    for index, name, kwarg_only, is_list in _tensor_slots(op):
+        value = kwargs.get(name) if kwarg_only or index >= len(args) else args[index]
+        for t in (value or ()) if is_list else (value,):
             if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() != 0:
                 raise mixed_devices_error(op.name(), device_index)
 
 
-def _schema_values(op, args: tuple, kwargs: dict):
-    for i, arg in enumerate(op._schema.arguments):
-        if i < len(args) and not arg.kwarg_only:
-            yield arg, args[i]
-        elif arg.name in kwargs:
-            yield arg, kwargs[arg.name]
+_slots: dict = {}      # op -> its Tensor / Tensor? / Tensor[] arguments (check_no_cpu_operands)
+
+
+def _tensor_slots(op) -> tuple:
+    """(position, name, keyword-only, is a list) of each Tensor, Optional[Tensor] and
+    List[Tensor] argument (as str(arg.type) prints them), read from the schema once per op."""
+    found = _slots.get(op)
+    if found is None:
+        kinds = {"Tensor": False, "Optional[Tensor]": False, "List[Tensor]": True}
+        found = _slots.setdefault(op, tuple((i, a.name, a.kwarg_only, kinds[str(a.type)])
+                                            for i, a in enumerate(op._schema.arguments)
+                                            if str(a.type) in kinds))
+    return found
 
 
 def strict() -> bool:

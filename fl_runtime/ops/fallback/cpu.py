@@ -22,11 +22,18 @@ _CPU = torch.device("cpu")
 _warned: set[str] = set()
 _write_args: dict = {}   # op -> indices of schema arguments the op mutates
 _cpu_runnable: dict = {}  # op -> whether PyTorch has a CPU (or composite) kernel for it
+_views: dict = {}         # op -> is_view_op(op)
 
 
 def is_view_op(op) -> bool:
-    returns = op._schema.returns
-    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+    """Whether every return of `op` aliases an input without writing it (read from the schema
+    once per op: every call of an op without a kernel asks)."""
+    found = _views.get(op)
+    if found is None:
+        returns = op._schema.returns
+        found = _views[op] = bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write
+                                                   for r in returns)
+    return found
 
 
 def has_cpu_kernel(op) -> bool:
