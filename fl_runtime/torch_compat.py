@@ -118,6 +118,7 @@ PRIVATE_APIS: dict[str, str] = {
     "torch._C._dispatch_find_schema_or_throw": "start-up: whether aten defines an op a plugin offers (ops.schema)",
     "torch._C.DispatchKeySet": "redispatch of views and storage metadata ops to the CPU kernel",
     "torch._C.DispatchKey.CPU": "the same",
+    "torch._C._DispatchOperatorHandle.redispatch_boxed": "view kernels: the CPU kernel without a Python frame",
     "torch._C.DispatchKey.AutocastPrivateUse1": "the cast policy of torch.autocast('fl')",
     "torch._C._ExcludeDispatchKeyGuard": "autocast kernels run the op below the autocast key",
     "torch._register_device_module": "makes torch.fl exist",

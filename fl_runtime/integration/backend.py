@@ -7,6 +7,8 @@ and the boxed fallback for everything else.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from fl_runtime.devices.registry import DEVICE_TYPE
@@ -103,8 +105,8 @@ def install(rt) -> None:
 
 
 def _redispatch_view(name: str):
-    op = getattr(torch.ops.aten, name).default
-
-    def kernel(*args, **kwargs):
-        return op.redispatch(_CPU_KEYSET, *args, **kwargs)
-    return kernel
+    """The PrivateUse1 kernel of a metadata-only view: the CPU kernel, which reads no data.
+    A partial of the operator handle's redispatch, not a Python function: every view of
+    every model (transpose, unsqueeze, expand ... end in as_strided) calls it, and the
+    Python frame cost ~0.8 us a view (BENCHMARKS.md, "view")."""
+    return functools.partial(getattr(torch.ops.aten, name).default._handle.redispatch_boxed, _CPU_KEYSET)
