@@ -1,0 +1,87 @@
+"""Where a tiny op's host time goes on the steady-state path (a replayed program, ops/fast_path.py).
+
+    python benchmarks/program_path_parts.py [--repeats 20000]
+
+Times, on the null plugin (benchmarks/null_plugin.py: launches return at once), each part of
+`torch.add(a, b)` on 4x4 fl tensors alone in a loop, and the whole call beside native
+PyTorch's.  Thread-CPU µs per call, best of 7 rounds.  The parts are those
+Launcher._run_program runs; their sum falls short of the whole by the Python glue between
+them (argument lists, checks, accounting), which the last line reports.  BENCHMARKS.md
+("What stays out of reach") quotes it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from null_plugin import build_null_plugin  # noqa: E402
+
+
+def best_us(call, repeats: int, rounds: int = 7) -> float:
+    for _ in range(repeats // 10):
+        call()
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.thread_time_ns()
+        for _ in range(repeats):
+            call()
+        best = min(best, (time.thread_time_ns() - start) / repeats / 1000)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20000)
+    args = parser.parse_args()
+    os.environ["TORCH_FL_DISABLE_ENTRY_POINTS"] = "1"
+    os.environ["TORCH_FL_PLUGINS"] = str(build_null_plugin())
+    import torch
+    torch.set_num_threads(1)
+    import torch_fl
+    from fl_runtime.devices.storage import wrap_block
+    from fl_runtime.ops import fast_path
+    from fl_runtime.ops.marshal import replay
+
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    fa, fb = a.to("fl:0"), b.to("fl:0")
+    torch.add(fa, fb)                                   # records the program
+    rt = torch_fl.runtime()
+    allocator, stream = rt.allocators[0], rt.streams.default[0]
+    program = next(iter(rt.launcher.programs("add.Tensor").values()))
+    plan, _ = rt.launcher._plan("add.Tensor")
+    out = torch.empty(4, 4, device="fl:0")
+    c_args, count = replay(plan, [fa, fb, 1], [out], program.entry)
+    library = torch.library.Library("fl_bench", "DEF")  # a Python kernel that does nothing
+    library.define("noop(Tensor x) -> Tensor")
+    library.impl("noop", lambda x: x, "PrivateUse1")
+
+    def new_output():
+        block = allocator.allocate_rounded(program.single_new.size, stream)
+        return wrap_block(block, allocator.release, 0, (4, 4), (4, 1), torch.float32)
+
+    n = args.repeats
+    rows = [
+        ("native torch.add (CPU)", best_us(lambda: torch.add(a, b), n)),
+        ("fl torch.add (whole call)", best_us(lambda: torch.add(fa, fb), n)),
+        ("entering a Python kernel (noop)", best_us(lambda: torch.ops.fl_bench.noop(fa), n)),
+        ("call key", best_us(lambda: tuple(map(fast_path.value_key, (fa, fb))), n)),
+        ("allocate + release", best_us(lambda: allocator.release(allocator.allocate_rounded(512, stream)), n)),
+        ("allocate + DLPack wrap + free", best_us(new_output, n)),
+        ("marshal replay", best_us(lambda: replay(plan, [fa, fb, 1], [out], program.entry), n)),
+        ("launch (cffi call)", best_us(lambda: program.choice.launch_fn(stream.handle, program.choice.entry,
+                                                                          c_args, count), n)),
+    ]
+    width = max(len(name) for name, _ in rows)
+    for name, us in rows:
+        print(f"{name:{width}s} {us:7.2f} us")
+    whole, parts = rows[1][1], rows[2][1] + rows[3][1] + rows[5][1] + rows[6][1] + rows[7][1]
+    print(f"{'glue (whole - the parts above)':{width}s} {whole - parts:7.2f} us   load average "
+          f"{os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
