@@ -227,3 +227,28 @@ def test_profiler_counts_every_call_from_every_thread(fl):
         _run_threads(work)
     calls = sum(r["count"] for r in prof.table() if r["op"] == "aten::add.Tensor")
     assert calls == THREADS * 300
+
+
+def test_uploads_from_threads_keep_every_value(fl):
+    """Small host-to-device copies from several threads onto both devices, each staged and
+    enqueued without waiting (devices/uploads.py): every value arrives, each caller may reuse
+    its buffer at once, and the pending list is shared without loss."""
+    import torch_fl
+    from fl_runtime.devices.uploads import LIMIT
+
+    def body(i: int, barrier) -> None:
+        device = f"fl:{i % 2}"
+        busy = torch.randn(200, 200, device=device)
+        barrier.wait()
+        made = []
+        for k in range(120):
+            if k % 20 == 0:
+                busy = busy @ busy / 200                # queued work the copies need not wait for
+            source = torch.full((3, 5), float(i * 1000 + k))
+            made.append((k, source.to(device)))
+            source.fill_(-1.0)                          # the caller reuses its buffer at once
+        for k, target in made:
+            assert torch.equal(target.cpu(), torch.full((3, 5), float(i * 1000 + k))), (i, k)
+    _run_threads(body)
+    rt = torch_fl.runtime()
+    assert all(rt.uploads.pending(d) <= LIMIT for d in (0, 1))
