@@ -77,7 +77,7 @@ def test_a_small_upload_does_not_wait_for_the_stream_and_keeps_the_callers_value
     torch.fl.synchronize()
     a @ a                                               # a later upload retires the finished ones
     dst.copy_(src)
-    assert torch_fl.runtime().uploads.pending(0) <= 1
+    assert torch_fl.runtime().uploads.pending(0)[0] <= 1
 
 
 def test_a_large_upload_from_the_callers_memory_waits_for_its_stream(fl, monkeypatch):
@@ -100,5 +100,20 @@ def test_pending_uploads_stay_bounded_and_every_value_arrives(fl):
     targets = [s.to("fl:0") for s in sources]
     for s in sources:
         s.fill_(-1.0)
-    assert torch_fl.runtime().uploads.pending(0) <= LIMIT
+    assert torch_fl.runtime().uploads.pending(0)[0] <= LIMIT
     assert all(torch.equal(t.cpu(), torch.full((5,), float(i))) for i, t in enumerate(targets))
+
+
+def test_pending_uploads_hold_bounded_host_memory(fl, monkeypatch):
+    """Converted uploads hold their converted host copy until the device has read it: past
+    LIMIT_BYTES per device the oldest are waited for (a large `model.to("fl", torch.half)`)."""
+    import torch_fl
+    from fl_runtime.devices import uploads
+    monkeypatch.setattr(uploads, "LIMIT_BYTES", 64 << 10)
+    a = torch.randn(400, 400, device="fl:0")
+    a @ a
+    sources = [torch.full((20000,), float(i), dtype=torch.float64) for i in range(12)]   # 160 KB each
+    targets = [s.to("fl:0", torch.float32) for s in sources]         # each converts to a fresh 80 KB copy
+    copies, held = torch_fl.runtime().uploads.pending(0)
+    assert copies <= 1 and held <= 80000
+    assert all(torch.equal(t.cpu(), torch.full((20000,), float(i))) for i, t in enumerate(targets))

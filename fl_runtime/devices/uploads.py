@@ -12,8 +12,10 @@ positions in every forward).
 
 Events are reused: one is taken from the device's spare list, recorded, and
 returned to it when its copy is done.  Finished copies are retired whenever a
-new one is held, and at most `LIMIT` stay pending per device: past that the
-oldest is waited for, so a host that outruns its device holds bounded memory.
+new one is held, and at most `LIMIT` copies or `LIMIT_BYTES` of host memory stay
+pending per device (a large converted upload, `model.to("fl", torch.half)`, holds its
+converted copy): past that the oldest are waited for, so a host that outruns its device
+holds bounded memory.
 The holder lives on the Runtime, which is kept until exit (integration/shutdown.py),
 so its events are never destroyed after their plugin.
 """
@@ -28,7 +30,8 @@ from fl_runtime.devices.registry import DeviceInfo
 from fl_runtime.devices.streams import Event, Stream
 from fl_runtime.errors import FLError
 
-LIMIT = 256        # pending copies per device before the oldest is waited for
+LIMIT = 256                 # pending copies per device before the oldest is waited for
+LIMIT_BYTES = 256 << 20     # pending host bytes per device before the oldest are waited for
 
 
 class PendingUploads:
@@ -36,15 +39,17 @@ class PendingUploads:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: dict[int, deque[tuple[Event, torch.Tensor]]] = {}
+        self._pending: dict[int, deque[tuple[Event, torch.Tensor, int]]] = {}
         self._spare: dict[int, list[Event]] = {}
+        self._bytes: dict[int, int] = {}
 
     def hold(self, device: DeviceInfo, stream: Stream, host: torch.Tensor) -> None:
         """Keep `host` until the work enqueued on `stream` so far (its copy) is done."""
+        index = device.index
         with self._lock:
-            pending = self._pending.setdefault(device.index, deque())
-            spare = self._spare.setdefault(device.index, [])
-            self._retire(pending, spare)
+            pending = self._pending.setdefault(index, deque())
+            spare = self._spare.setdefault(index, [])
+            self._retire(index, pending, spare)
             try:
                 event = spare.pop() if spare else Event(device)
                 event.record(stream)
@@ -52,18 +57,20 @@ class PendingUploads:
                 # No event to wait on: wait for the copy itself (raises if the device failed).
                 stream.synchronize()
                 return
-            pending.append((event, host))
-            if len(pending) > LIMIT:
+            nbytes = host.untyped_storage().nbytes()
+            pending.append((event, host, nbytes))
+            self._bytes[index] = self._bytes.get(index, 0) + nbytes
+            while len(pending) > LIMIT or (len(pending) > 1 and self._bytes[index] > LIMIT_BYTES):
                 pending[0][0].synchronize()
-                self._retire(pending, spare)
+                self._retire(index, pending, spare)
 
-    def pending(self, device_index: int) -> int:
-        """How many copies to fl:<device_index> still hold a host buffer."""
+    def pending(self, device_index: int) -> tuple[int, int]:
+        """(copies, host bytes) to fl:<device_index> still holding a host buffer."""
         with self._lock:
-            return len(self._pending.get(device_index, ()))
+            return len(self._pending.get(device_index, ())), self._bytes.get(device_index, 0)
 
-    @staticmethod
-    def _retire(pending: deque, spare: list) -> None:
+    def _retire(self, index: int, pending: deque, spare: list) -> None:
         while pending and pending[0][0].query():
-            event, _ = pending.popleft()
+            event, _, nbytes = pending.popleft()
+            self._bytes[index] -= nbytes
             spare.append(event)
