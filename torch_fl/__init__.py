@@ -15,4 +15,5 @@ def __getattr__(name: str):
     """fl_runtime's names imported at first use (profile, coverage ...) and startup_error."""
     return getattr(_fl_runtime, name)
 
+
 _fl_runtime.init()
