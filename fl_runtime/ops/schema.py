@@ -101,7 +101,20 @@ def compile_plan(name: str) -> OpPlan:
 
 
 _NUMBER_TYPES = (bool, int, float, complex)
-_tensor_slots: dict = {}     # op -> positions of its Tensor / Tensor? arguments (numbers_as_tensors)
+_TENSOR_KINDS = {"Tensor": False, "Optional[Tensor]": False, "List[Tensor]": True}   # as str(arg.type) prints
+_tensor_slots: dict = {}     # op -> tensor_slots(op)
+
+
+def tensor_slots(op: torch._ops.OpOverload) -> tuple[tuple[int, str, bool, bool], ...]:
+    """(position, name, keyword-only, is a list) of each Tensor, Optional[Tensor] and
+    List[Tensor] argument of `op`, read from its schema once per op: the fallback paths ask
+    at every call (arange's Scalars reach numbers_as_tensors every forward of an HF model)."""
+    found = _tensor_slots.get(op)
+    if found is None:
+        found = _tensor_slots.setdefault(op, tuple((i, a.name, a.kwarg_only, _TENSOR_KINDS[str(a.type)])
+                                                   for i, a in enumerate(op._schema.arguments)
+                                                   if str(a.type) in _TENSOR_KINDS))
+    return found
 
 
 def numbers_as_tensors(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -116,22 +129,17 @@ def numbers_as_tensors(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> 
     marshals numbers directly)."""
     if not any(isinstance(v, _NUMBER_TYPES) for v in (*args, *kwargs.values())):
         return args, kwargs
-    schema_args = op._schema.arguments
-    slots = _tensor_slots.get(op)
-    if slots is None:        # read from the schema once per op (arange's Scalars come here every call)
-        slots = _tensor_slots.setdefault(op, tuple(i for i, a in enumerate(schema_args)
-                                                   if unwrap_optional(str(a.type)) == "Tensor"))
-    if not any(isinstance(args[i] if i < len(args) else kwargs.get(schema_args[i].name), _NUMBER_TYPES)
-               for i in slots):
+    numbers = [(i, name) for i, name, _, is_list in tensor_slots(op)
+               if not is_list and isinstance(args[i] if i < len(args) else kwargs.get(name), _NUMBER_TYPES)]
+    if not numbers:
         return args, kwargs
     args, kwargs = list(args), dict(kwargs)
     reference = next((v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)), None)
-    for i in slots:
+    for i, name in numbers:
         if i < len(args):
-            if isinstance(args[i], _NUMBER_TYPES):
-                args[i] = _number_tensor(args[i], reference)
-        elif isinstance(kwargs.get(schema_args[i].name), _NUMBER_TYPES):
-            kwargs[schema_args[i].name] = _number_tensor(kwargs[schema_args[i].name], reference)
+            args[i] = _number_tensor(args[i], reference)
+        else:
+            kwargs[name] = _number_tensor(kwargs[name], reference)
     return tuple(args), kwargs
 
 

@@ -27,7 +27,7 @@ from fl_runtime.logs import logger
 from fl_runtime.ops import accounting
 from fl_runtime.ops.fallback import generic
 from fl_runtime.ops.fallback.cpu import cpu_fallback, has_cpu_kernel, is_view_op
-from fl_runtime.ops.schema import numbers_as_tensors
+from fl_runtime.ops.schema import numbers_as_tensors, tensor_slots
 
 UNSUPPORTED = "unsupported"
 # Ops PyTorch writes for CUDA only (e.g. _thnn_fused_lstm_cell): copying them to the
@@ -74,26 +74,11 @@ def check_no_cpu_operands(op: torch._ops.OpOverload, args: tuple, kwargs: dict, 
     """Refuse a CPU tensor with dimensions among an op's Tensor / Tensor[] arguments, as CUDA
     does: the fallbacks would otherwise compute with it. 0-dim CPU tensors (PyTorch's wrapped
     numbers) and index lists (Tensor?[], which CUDA lets live on the CPU) are allowed."""
-    for index, name, kwarg_only, is_list in _tensor_slots(op):
+    for index, name, kwarg_only, is_list in tensor_slots(op):
         value = kwargs.get(name) if kwarg_only or index >= len(args) else args[index]
         for t in (value or ()) if is_list else (value,):
             if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() != 0:
                 raise mixed_devices_error(op.name(), device_index)
-
-
-_slots: dict = {}      # op -> its Tensor / Tensor? / Tensor[] arguments (check_no_cpu_operands)
-
-
-def _tensor_slots(op) -> tuple:
-    """(position, name, keyword-only, is a list) of each Tensor, Optional[Tensor] and
-    List[Tensor] argument (as str(arg.type) prints them), read from the schema once per op."""
-    found = _slots.get(op)
-    if found is None:
-        kinds = {"Tensor": False, "Optional[Tensor]": False, "List[Tensor]": True}
-        found = _slots.setdefault(op, tuple((i, a.name, a.kwarg_only, kinds[str(a.type)])
-                                            for i, a in enumerate(op._schema.arguments)
-                                            if str(a.type) in kinds))
-    return found
 
 
 def strict() -> bool:
