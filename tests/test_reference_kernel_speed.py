@@ -159,6 +159,7 @@ def test_kernel_stats_file_counts_calls_and_inline_runs(python, tmp_path):
     out = python(textwrap.dedent("""
         import torch, torch_fl
         a = torch.ones(4, 4).to("fl:0")
+        torch_fl.synchronize(0)         # the upload is enqueued without waiting: let the stream go idle
         for _ in range(3):
             b = a @ a                   # small, idle stream: runs inline
         big = torch.ones(256, 256).to("fl:0")
