@@ -17,8 +17,6 @@ from typing import Callable
 
 import torch
 
-from fl_runtime.ops.schema import compile_plan
-
 # out-of-place foreach op -> the per-tensor op PyTorch's slow path would call
 _OUT_OF_PLACE: dict[str, Callable] = {"_foreach_sqrt": torch.sqrt}
 _FLOATS = (torch.float32, torch.float64)   # result dtype == input dtype only for these
@@ -57,9 +55,9 @@ def register(library: torch.library.Library, rt) -> None:
 
 def _make_in_place(rt, name: str, per_tensor: Callable) -> Callable:
     launcher = rt.launcher
-    plan = compile_plan(name)      # which positional arguments are tensor lists, which Scalar[]
 
     def kernel(*args, **kwargs) -> None:
+        plan = launcher.plan(name)     # which positional arguments are tensor lists, which Scalar[]
         lists = [args[i] for i in plan.list_tensor_arg_indices if i < len(args)]
         _check_lengths(name, lists)
         _check_scalar_lengths(name, lists[0], [args[i] for i in plan.scalar_list_indices if i < len(args)])

@@ -146,6 +146,10 @@ class Launcher:
             found = self._plans.setdefault(name, (plan, OutputSpecCache(plan)))
         return found
 
+    def plan(self, name: str) -> OpPlan:
+        """Op `name`'s plan (its schema read once, compiled at first use and shared with launch())."""
+        return self._plan(name)[0]
+
     def programs(self, name: str) -> dict:
         """The per-signature programs op `name` has recorded so far (call key -> Program;
         empty for an op that never gets them); for diagnostics and tests."""
