@@ -7,16 +7,20 @@ built; an editable install compiles it in place, as `make build` does.
 A wheel also carries the generated out-of-line cffi modules of the ABI header
 and of DLPack (fl_runtime/abi/outofline.py, dlpack.py), so even the first `import torch` parses no C; an
 editable install generates it into the user's cache on its first import instead.
+It also compiles the runtime's optional C helpers (fl_runtime/compiled.py): without a compiler
+for them the package still works, on their Python versions.
 Everything else about the package is in pyproject.toml.
 """
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import sysconfig
 from pathlib import Path
 
-from setuptools import Distribution, setup
+from setuptools import Distribution, Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
@@ -67,6 +71,19 @@ def _target_blas_dirs() -> tuple[str, ...]:
     return (str(Path(sysconfig.get_paths()["purelib"]) / "scipy_openblas32" / "lib"),)
 
 
+class BuildExtReplacingAtomically(build_ext):
+    """An editable install copies the compiled extension into the checkout.  `make test`
+    installs the checkout into its second venv while the first venv's tests have that
+    file loaded, and a shared object rewritten in place under a process that maps it
+    crashes the process (SIGBUS): so the copy goes to a temporary name, then os.replace."""
+
+    def copy_file(self, infile, outfile, *args, **kwargs):
+        temporary = f"{outfile}.{os.getpid()}.tmp"
+        _, copied = super().copy_file(infile, temporary, *args, **kwargs)
+        os.replace(temporary, outfile)
+        return outfile, copied
+
+
 class PlatformDistribution(Distribution):
     """The wheel carries a compiled plugin: tag it for this platform, not py3-none-any."""
 
@@ -74,4 +91,12 @@ class PlatformDistribution(Distribution):
         return True
 
 
-setup(cmdclass={"build_py": BuildPyWithReferencePlugin}, distclass=PlatformDistribution)
+# The compiled helpers (fl_runtime/compiled.py).  Optional: a failed compile warns and the
+# package runs their Python versions.  No -Werror here (another compiler or Python's headers
+# may warn); tests/test_compiled_helpers.py compiles them with -Wall -Wextra -Werror.
+COMPILED_HELPERS = [Extension(name, [source], extra_compile_args=["-std=c11", "-O2"], optional=True)
+                    for name, source in (("fl_runtime.devices._dltensor", "fl_runtime/devices/_dltensor.c"),
+                                         ("fl_runtime.ops._program", "fl_runtime/ops/_program.c"))]
+
+setup(cmdclass={"build_py": BuildPyWithReferencePlugin, "build_ext": BuildExtReplacingAtomically},
+      distclass=PlatformDistribution, ext_modules=COMPILED_HELPERS)

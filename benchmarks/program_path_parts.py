@@ -8,6 +8,9 @@ PyTorch's.  Thread-CPU µs per call, best of 7 rounds.  The parts are those
 Launcher._run_program runs; their sum falls short of the whole by the Python glue between
 them (argument lists, checks, accounting), which the last line reports.  BENCHMARKS.md
 ("What stays out of reach") quotes it.
+
+The compiled helpers (fl_runtime/compiled.py) run where built; TORCH_FL_PURE_PYTHON=1 times
+their Python versions instead, and the first line says which ran.
 """
 from __future__ import annotations
 
@@ -68,13 +71,15 @@ def main() -> None:
         ("native torch.add (CPU)", best_us(lambda: torch.add(a, b), n)),
         ("fl torch.add (whole call)", best_us(lambda: torch.add(fa, fb), n)),
         ("entering a Python kernel (noop)", best_us(lambda: torch.ops.fl_bench.noop(fa), n)),
-        ("call key", best_us(lambda: tuple(map(fast_path.value_key, (fa, fb))), n)),
+        ("call key", best_us(lambda: fast_path.positional_key((fa, fb)), n)),
         ("allocate + release", best_us(lambda: allocator.release(allocator.allocate_rounded(512, stream)), n)),
         ("allocate + DLPack wrap + free", best_us(new_output, n)),
         ("marshal replay", best_us(lambda: replay(plan, [fa, fb, 1], [out], program.entry), n)),
         ("launch (cffi call)", best_us(lambda: program.choice.launch_fn(stream.handle, program.choice.entry,
                                                                           c_args, count), n)),
     ]
+    from fl_runtime.devices import storage
+    print(f"compiled helpers: {'in use' if storage.IMPLEMENTATION == 'compiled' else 'not in use (Python versions)'}")
     width = max(len(name) for name, _ in rows)
     for name, us in rows:
         print(f"{name:{width}s} {us:7.2f} us")

@@ -18,7 +18,7 @@ RUNTIME = ROOT / "fl_runtime"
 # Lowest first.  A module's layer is the longest prefix listed here.
 LAYERS = [
     ("core", ("fl_runtime.version", "fl_runtime.errors", "fl_runtime.config", "fl_runtime.logs",
-              "fl_runtime.torch_compat", "fl_runtime.abi")),
+              "fl_runtime.torch_compat", "fl_runtime.compiled", "fl_runtime.abi")),
     ("plugins", ("fl_runtime.plugins",)),
     ("devices", ("fl_runtime.devices",)),
     ("ops", ("fl_runtime.ops",)),

@@ -32,6 +32,9 @@ SNIPPET = textwrap.dedent("""
                    ("pytest", "hypothesis", "copier", "jsonschema", "xmlschema", "expecttest", "conformance", "fl_sdk"))
     print("loaded:", heavy)
     print("plugin:", devices[0]["plugin_path"])
+    from fl_runtime.devices import storage
+    from fl_runtime.ops import marshal
+    print("compiled helpers:", storage.IMPLEMENTATION, marshal._patch_tensors is not None)
 """)
 
 
@@ -84,6 +87,7 @@ def test_plain_install_has_devices_and_no_sdk_dependencies(plain_venv, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "loaded: []" in result.stdout
     assert "site-packages" in result.stdout      # the installed plugin, not the checkout's
+    assert "compiled helpers: compiled True" in result.stdout     # setup.py built them (fl_runtime/compiled.py)
 
 
 def test_plain_install_lacks_the_sdk_extras(plain_venv, tmp_path):

@@ -136,7 +136,8 @@ def test_oom_inside_ops_raises_oom_and_frees_what_the_launch_allocated(python):
     assert lines["HIDDEN"] == "None" and lines["AGAIN"] == "True"
 
 
-def test_tensor_freed_while_python_raises_gives_its_block_back(python):
+@pytest.mark.parametrize("pure_python_storage", ["0", "1"])
+def test_tensor_freed_while_python_raises_gives_its_block_back(python, pure_python_storage):
     # The clone dies while the interpreter unwinds the RuntimeError, with the exception
     # still pending; its deleter must still give the block back (50 times: no leak),
     # never fail inside the C callback, and report the error it could not pass on.
@@ -152,10 +153,12 @@ def test_tensor_freed_while_python_raises_gives_its_block_back(python):
         gc.collect()
         print("LEAK", torch.fl.memory_allocated(0) - before)
         print("HIDDEN", type(torch_fl.last_hidden_error()).__name__)
-    """)
+    """, {"TORCH_FL_PURE_PYTHON": pure_python_storage})
     assert result.returncode == 0, result.stderr
     assert "LEAK 0" in result.stdout
     assert "Exception ignored" not in result.stderr
+    if pure_python_storage == "0":     # the compiled deleter never enters Python: nothing is hidden
+        assert result.stderr == "" and "HIDDEN NoneType" in result.stdout
     # every stderr line is the runtime's own report of the hidden error (if the interpreter hid it)
     for line in result.stderr.splitlines():
         assert line.startswith("torch_fl ERROR: an fl tensor was freed while Python was raising RuntimeError"), line

@@ -187,9 +187,11 @@ def test_pin_memory_gives_a_pageable_copy(fl):
     assert torch.equal(pinned.to("fl:0", non_blocking=True).cpu(), x)
 
 
-def test_error_hidden_by_a_tensor_freed_while_raising_is_reported(python):
-    # the clone dies while Python unwinds the RuntimeError; its deleter (a C callback)
-    # cannot hand the pending error back, so the runtime logs it and keeps it
+@pytest.mark.parametrize("pure_python_storage", ["0", "1"])
+def test_error_hidden_by_a_tensor_freed_while_raising_is_reported(python, pure_python_storage):
+    # the clone dies while Python unwinds the RuntimeError; the pure path's deleter (a C
+    # callback into Python) cannot hand the pending error back, so the runtime logs it and
+    # keeps it; the compiled deleter never enters Python, so the error always arrives
     result = python("""
         import torch, torch_fl
         from fl_runtime.devices import storage
@@ -200,9 +202,11 @@ def test_error_hidden_by_a_tensor_freed_while_raising_is_reported(python):
             print("RAISED", type(exc).__name__, exc)
         print("HIDDEN", storage.last_hidden_error())
         print("LIVE", torch.ones(2, device="fl:0").sum().item())
-    """)
+    """, {"TORCH_FL_PURE_PYTHON": pure_python_storage})
     assert result.returncode == 0, result.stderr
     real = "result type Long can't be cast to the desired output type Bool"
+    if pure_python_storage == "0":
+        assert f"RAISED RuntimeError {real}" in result.stdout and "HIDDEN None" in result.stdout
     assert "LIVE 2.0" in result.stdout                        # the freed block went back to the allocator
     if f"RAISED RuntimeError {real}" not in result.stdout:    # hidden by the interpreter: reported instead
         assert "RAISED SystemError" in result.stdout and f"HIDDEN {real}" in result.stdout

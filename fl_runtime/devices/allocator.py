@@ -9,8 +9,10 @@ for events recorded on those streams first (README "Device API").
 Threads (README "Threads"): one lock per allocator guards the pool, the live
 map and the stats; PyTorch's deleter (any thread, possibly inside another
 allocation through the garbage collector) only appends to a deque, which
-needs no lock.  A re-entrant lock, because emptying the cache on an
-out-of-memory retry happens inside allocate().
+needs no lock (the compiled deleter, storage.py, only to a C list, which
+`collect_freed()` moves into the deques before each allocation and report).
+A re-entrant lock, because emptying the cache on an out-of-memory retry
+happens inside allocate().
 
 The driver is not trusted (fl_abi.h, fl_malloc): every block fl_malloc returns is checked to be
 non-zero, aligned to the device's alignment and outside every block this
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.devices.registry import DeviceInfo
-from fl_runtime.devices.storage import release_held
+from fl_runtime.devices.storage import collect_freed, release_held
 from fl_runtime.errors import FLOutOfMemoryError, VendorError
 from fl_runtime.logs import logger
 
@@ -87,6 +89,7 @@ class CachingAllocator:
     def allocate_rounded(self, size: int, stream) -> Block:
         """allocate() for a size round_size() already gave (the per-signature programs
         round once, ops/fast_path.py)."""
+        collect_freed()     # storages PyTorch freed through the compiled deleter (storage.py)
         with self._lock:
             if self._freed:
                 self._drain_freed()
@@ -122,6 +125,7 @@ class CachingAllocator:
     def settle(self) -> None:
         """Account for storages PyTorch freed since the last allocation (for the stats API)."""
         release_held()      # a failed op's inputs, kept past its exception's unwinding
+        collect_freed()
         with self._lock:
             if self._freed:
                 self._drain_freed()
@@ -237,6 +241,7 @@ class CachingAllocator:
     def empty_cache(self) -> None:
         """Give every cached block back to the vendor (waits for the device first)."""
         release_held()
+        collect_freed()
         self._synchronize_device()
         with self._lock:
             if self._freed:

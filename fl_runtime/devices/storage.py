@@ -18,6 +18,15 @@ tensor, including tensors that die while the interpreter tears itself down:
 At exit (integration.shutdown) `detach_deleters()` sets every live deleter to
 NULL, which PyTorch skips (DLPack lets the deleter be NULL): no tensor dying
 after that point enters Python, whatever state the interpreter is in.
+
+Two implementations of the same contract.  The compiled one (`_dltensor.c`, built
+by setup.py as an optional extension) makes the DLManagedTensor and its capsule
+in one C call, and its deleter never enters Python: it pushes the freed tensor
+onto a lock-free list, and `collect_freed()` (which the allocator calls before it
+allocates or reports) runs the releases.  So at exit nothing needs detaching, and
+a tensor freed while Python unwinds an exception cannot hide it.  The pure-Python
+one below (struct, ctypes, a cffi callback) runs where the extension was not
+built, or with TORCH_FL_PURE_PYTHON=1 (fl_runtime/compiled.py).  `IMPLEMENTATION` names the one in use.
 """
 from __future__ import annotations
 
@@ -28,6 +37,7 @@ import threading
 
 import torch
 
+from fl_runtime import compiled
 from fl_runtime.abi import dlpack
 from fl_runtime.abi.outofline import load_ffi
 from fl_runtime.logs import logger
@@ -58,6 +68,24 @@ _DIMS = [struct.Struct(f"={2 * n}q") for n in range(_MAX_SLOT_DIMS + 1)]
 # The DLManagedTensor and its dims in one pack (one call per tensor on the hot path).
 _SLOT_LAYOUTS = [struct.Struct(_MANAGED.format + f"{2 * n}q") for n in range(_MAX_SLOT_DIMS + 1)]
 assert _MANAGED.size == _dl.sizeof("DLManagedTensor")
+
+
+def _load_native():
+    """The compiled implementation (module doc), or None for the pure-Python one."""
+    _dltensor = compiled.load("fl_runtime.devices._dltensor")
+    if _dltensor is None:
+        return None
+    if _dltensor.layout() != (_MANAGED_SIZE, _DELETER_OFFSET):
+        logger.warning("torch_fl: fl_runtime.devices._dltensor's DLManagedTensor layout %s differs from "
+                       "fl_runtime/abi/dlpack.py's %s; using the pure-Python path. Reinstall torch-fl.",
+                       _dltensor.layout(), (_MANAGED_SIZE, _DELETER_OFFSET))
+        return None
+    _dltensor.configure(torch._C._from_dlpack)
+    return _dltensor
+
+
+_native = _load_native()
+IMPLEMENTATION = "compiled" if _native is not None else "python"
 
 
 def keep_until_exit(obj: object) -> None:
@@ -213,13 +241,27 @@ keep_until_exit(_deleter)      # its C entry point must stay valid while any ten
 _DELETER_ADDRESS = int(_dl.cast("uintptr_t", _deleter))
 
 
+def _nothing_to_collect() -> int:
+    """collect_freed() on the pure-Python path: its deleter released each block already."""
+    return 0
+
+
+# The compiled implementation's entry points (None / a no-op on the pure-Python path, whose
+# deleter calls `release` itself).
+_native_wrap = _native.wrap if _native is not None else None
+collect_freed = _native.collect if _native is not None else _nothing_to_collect
+
+
 def detach_deleters() -> int:
     """Set the deleter of every live fl tensor (and of any made later) to NULL, so that
     no tensor dying from now on enters Python; returns how many were live.  Called at
     interpreter exit, after the devices were synchronised: the blocks of tensors that
     are still alive stay with the vendor until the process ends (freeing them here
-    would let a finalizer that still reads such a tensor read freed device memory)."""
+    would let a finalizer that still reads such a tensor read freed device memory).
+    The compiled deleter never enters Python, so there it only counts them."""
     global _detached
+    if _native is not None:
+        return _native.live()
     _detached = True            # before the snapshot: a wrap_block racing us re-checks it
     addresses = list(_live)
     for address in addresses:
@@ -248,8 +290,12 @@ def contiguous_strides(shape) -> list[int]:
 
 def wrap_block(block, release, device_index: int, shape, stride, dtype: torch.dtype) -> torch.Tensor:
     """A tensor on fl:<device_index> viewing `block` (None for an empty tensor)."""
-    ndim = len(shape)
     code, bits = DL_DTYPES[dtype]
+    if _native_wrap is not None:
+        if block is None:
+            return _native_wrap(0, _KDL_EXT_DEV, device_index, shape, stride, code, bits, None)
+        return _native_wrap(block.ptr, _KDL_EXT_DEV, device_index, shape, stride, code, bits, (release, block))
+    ndim = len(shape)
     data = block.ptr if block is not None else 0
     if ndim <= _MAX_SLOT_DIMS:
         try:

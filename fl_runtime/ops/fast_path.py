@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import torch
 
+from fl_runtime import compiled
 from fl_runtime.devices.allocator import round_size
 from fl_runtime.ops.schema import OpPlan
 
@@ -64,7 +65,19 @@ def call_key(args: tuple, kwargs: dict):
     """The key of one call: hashable unless an argument is not (then TypeError at lookup)."""
     if kwargs:
         return (_KWARGS, tuple(kwargs), tuple(map(value_key, args)), tuple(map(value_key, kwargs.values())))
+    return positional_key(args)
+
+
+def _positional_key(args: tuple):
     return tuple(map(value_key, args))
+
+
+# call_key of a call without keyword arguments (the common case, read by the launcher's
+# kernels): the compiled version (ops/_program.c; fl_runtime/compiled.py) where built.
+_native = compiled.load("fl_runtime.ops._program")
+if _native is not None:
+    _native.configure(torch.Tensor)
+positional_key = _native.call_key if _native is not None else _positional_key
 
 
 class Output:

@@ -174,7 +174,7 @@ class Launcher:
         launch = self._launch_planned
         run = self._run_program
         call_key = fast_path.call_key
-        value_key = fast_path.value_key
+        positional_key = fast_path.positional_key
         # Bound at the first call (see register) and then read from the closure: a call pays
         # no lookup for them.  `plan` is stored last, so a thread that sees it set also sees
         # the other two (a racing first call compiles the same plan; _plan keeps one).
@@ -192,7 +192,7 @@ class Launcher:
                 if programs is None or accounting.HOOKED:   # a profile or phase timing: the full path reports
                     return launch(name, plan, spec_cache, args, kwargs)
                 try:
-                    key = call_key(args, kwargs) if kwargs else tuple(map(value_key, args))   # call_key, inlined
+                    key = call_key(args, kwargs) if kwargs else positional_key(args)
                     program = programs.get(key)
                 except TypeError:              # an unhashable argument: no program
                     return launch(name, plan, spec_cache, args, kwargs)

@@ -18,6 +18,7 @@ import threading
 
 import torch
 
+from fl_runtime import compiled
 from fl_runtime.abi import convention as cv
 from fl_runtime.abi.convention import (ARG_FLOAT, ARG_SIZE, BASE_AND_OFFSET, BASE_OFFSET, INT64S, TAG_GENERATOR,
                                        TAG_INT_LIST, TAG_SCALAR_LIST, TAG_VALUE, Arena, ArenaFull)
@@ -26,6 +27,9 @@ from fl_runtime.ops.schema import OpPlan
 
 MarshalError = cv.EncodeError      # a value the ABI cannot carry (the launcher falls back)
 _local = threading.local()
+# replay's tensor sites, compiled (ops/_program.c; fl_runtime/compiled.py), where built
+_native = compiled.load("fl_runtime.ops._program")
+_patch_tensors = _native.patch_tensors if _native is not None else None
 
 
 def _arena(min_size: int = 1 << 16) -> Arena:
@@ -144,6 +148,11 @@ def replay(plan: OpPlan, values: list, outputs: list, entry) -> tuple:
     arena = getattr(_local, "arena", None)
     if template is None or template.arena is not arena:
         return marshal(plan, values, outputs, None, entry)
+    if _patch_tensors is not None:
+        _patch_tensors(arena.address, template.blob, template.inputs, template.outputs, values, outputs)
+        if template.others:
+            _replay_sites(template.others, arena, values, outputs, None)
+        return arena.args, len(values) + len(outputs)
     mem = arena.mem
     mem[0:template.size] = template.blob
     pack = BASE_AND_OFFSET.pack_into

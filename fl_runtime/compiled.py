@@ -1,0 +1,30 @@
+"""The optional compiled helpers, and the switch back to their Python versions.
+
+setup.py builds each as an optional C extension (no torch headers): a missing compiler
+leaves the package working on the Python versions, which stay beside them with the same
+behaviour and tests.  README ("Compiled helpers") lists them:
+- `fl_runtime.devices._dltensor` (devices/storage.py): fl tensors made and freed without Python;
+- `fl_runtime.ops._program` (ops/fast_path.py, ops/marshal.py): a replayed program's call key
+  and tensor sites.
+TORCH_FL_PURE_PYTHON=1 runs the Python versions (a comparison, or a suspected bug in C).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+from fl_runtime.logs import logger
+
+PURE_PYTHON_ENV = "TORCH_FL_PURE_PYTHON"
+
+
+def load(name: str) -> ModuleType | None:
+    """The compiled module `name` (a full module name), or None for its Python version."""
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        logger.debug("torch_fl: %s is not built (%s); its Python version runs", name, exc)
+        return None
