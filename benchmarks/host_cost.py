@@ -285,9 +285,14 @@ def plot(rows: list[dict], path: Path) -> None:
         if v > top * 0.97:
             ax.annotate(f"native {v:.0f} µs ↑", (i, top * 0.97), textcoords="offset points", xytext=(0, -14),
                         ha="center", fontsize=8)
+    # What users pay: the steady state, where repeated call signatures replay their programs
+    # (ops/fast_path.py) and the phases above mostly do not run.
+    steady = [r["null_us_per_op"] for r in rows]
+    ax.scatter(names, steady, marker="D", s=60, color="crimson", zorder=4,
+               label="fl, steady state (replayed programs), whole cost")
     ax.set_ylim(0, top)
     ax.set_ylabel("host µs per aten op (thread CPU time)")
-    ax.set_title("Torch-FL host cost per op on the null plugin, by launcher phase")
+    ax.set_title("Torch-FL host cost per op on the null plugin: full path by phase, and steady state")
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -321,8 +326,10 @@ def main() -> None:
         torch_fl.synchronize(int(device.split(":")[1]))
 
     load = os.getloadavg()
+    from fl_runtime.devices import storage
+    helpers = "compiled" if storage.IMPLEMENTATION == "compiled" else "Python versions (TORCH_FL_PURE_PYTHON)"
     print(f"torch {torch.__version__} (1 thread), Torch-FL {torch_fl.__version__}; reference {ref_dev}, "
-          f"null plugin {null_dev}; load average {load[0]:.1f}\n")
+          f"null plugin {null_dev}; helpers {helpers}; load average {load[0]:.1f}\n")
     print(f"import torch {imports['import_torch_s']:.2f} s; then import torch_fl + discovery "
           f"{imports['import_torch_fl_and_discovery_s']:.3f} s ({imports['devices']} devices)\n")
     tiny = tiny_op_rows(null_dev, args.repeats, args.rounds, sync)
@@ -359,6 +366,7 @@ def main() -> None:
         print(f"plot: {args.png}")
     if args.json:
         Path(args.json).write_text(json.dumps({"imports": imports, "tiny_ops": tiny, "mixes": rows,
+                                               "compiled_helpers": storage.IMPLEMENTATION == "compiled",
                                                "loadavg": load}, indent=1))
 
 

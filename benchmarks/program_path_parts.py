@@ -7,7 +7,7 @@ Times, on the null plugin (benchmarks/null_plugin.py: launches return at once), 
 PyTorch's.  Thread-CPU µs per call, best of 7 rounds.  The parts are those
 Launcher._run_program runs; their sum falls short of the whole by the Python glue between
 them (argument lists, checks, accounting), which the last line reports.  BENCHMARKS.md
-("What stays out of reach") quotes it.
+("Where a steady-state `torch.add` spends its time now") quotes it.
 
 The compiled helpers (fl_runtime/compiled.py) run where built; TORCH_FL_PURE_PYTHON=1 times
 their Python versions instead, and the first line says which ran.
