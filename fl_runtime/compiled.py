@@ -17,11 +17,28 @@ from types import ModuleType
 from fl_runtime.logs import logger
 
 PURE_PYTHON_ENV = "TORCH_FL_PURE_PYTHON"
+HELPERS = ("fl_runtime.devices._dltensor", "fl_runtime.ops._program")
+
+
+def pure_python_asked() -> bool:
+    """TORCH_FL_PURE_PYTHON asks for the Python versions."""
+    return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+
+
+def missing() -> list[str]:
+    """The helpers this install lacks (not built, or not importable), whatever the switch says."""
+    absent = []
+    for name in HELPERS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            absent.append(name)
+    return absent
 
 
 def load(name: str) -> ModuleType | None:
     """The compiled module `name` (a full module name), or None for its Python version."""
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+    if pure_python_asked():
         return None
     try:
         return importlib.import_module(name)

@@ -61,8 +61,10 @@ def test_doctor_on_a_healthy_install(python):
     assert rc == 0 and document["schema"] == "torch-fl.doctor/1" and document["verdict"] == "healthy"
     statuses = _statuses(document)
     assert list(statuses) == ["plugins found", "plugins load", "ABI compatible", "driver", "certified stack",
-                              "device node permissions", "config", "lock", "runtime start", "logs"]
+                              "device node permissions", "config", "lock", "runtime start", "compiled helpers",
+                              "logs"]
     assert statuses["plugins found"] == statuses["driver"] == statuses["config"] == "ok"
+    assert statuses["compiled helpers"] == "ok"
     assert statuses["device node permissions"] == "not applicable"
     assert "verdict: healthy" in text and "[FAIL]" not in text
 

@@ -281,3 +281,34 @@ def test_tensor_site_outside_the_template_is_refused(fl):
     with pytest.raises(ValueError):
         fast_path._native.patch_tensors(address, bytes(32), ((24, 0, 4),), (), [t], [])
     assert scratch == bytearray(64)
+
+
+def test_doctor_names_a_missing_helper(python):
+    # sys.modules[name] = None makes importing it fail, as an install without a compiler does
+    result = python("""
+        import sys
+        sys.modules["fl_runtime.ops._program"] = None
+        import torch, torch_fl
+        from fl_runtime.ops import fast_path, marshal
+        from fl_runtime.tools.diagnostics import check_compiled_helpers
+        check = check_compiled_helpers()
+        print("CHECK", check.status, "|", check.detail, "|", check.next_step)
+        print("FALLBACK", fast_path.positional_key is fast_path._positional_key, marshal._patch_tensors is None)
+        a = torch.randn(3, 3)
+        x = a.to("fl:0")
+        print("SAME", all(torch.equal((x + x).cpu(), a + a) for _ in range(3)))
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "CHECK warn | not built: fl_runtime.ops._program;" in result.stdout
+    assert "reinstall torch-fl" in result.stdout
+    assert "FALLBACK True True" in result.stdout and "SAME True" in result.stdout
+
+
+def test_doctor_when_python_versions_are_asked_for(python):
+    result = python("""
+        from fl_runtime.tools.diagnostics import check_compiled_helpers
+        check = check_compiled_helpers()
+        print("CHECK", check.status, "|", check.detail)
+    """, {"TORCH_FL_PURE_PYTHON": "1"})
+    assert result.returncode == 0, result.stderr
+    assert "CHECK ok | built; their Python versions run, as TORCH_FL_PURE_PYTHON asks" in result.stdout

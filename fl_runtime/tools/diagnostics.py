@@ -10,6 +10,7 @@
 7. config             (valid, and every devices[].type is offered by a plugin)
 8. lock               (the config's require_lock file matches the running stack)
 9. runtime start      (fl_runtime's own start-up, kept in startup_error)
+9b. compiled helpers  (fl_runtime/compiled.py: built, or why the Python versions run)
 10. logs              (warnings and errors the runtime's start logged, those
                       logged while the checks ran, and the recent ones in the
                       config's logging.path file)
@@ -236,6 +237,20 @@ def check_runtime() -> Check:
     return Check("runtime start", OK, f"{count} fl device(s)")
 
 
+def check_compiled_helpers() -> Check:
+    """The optional C helpers (README "Compiled helpers"): a missing one costs speed, not results."""
+    from fl_runtime import compiled
+    absent = compiled.missing()
+    if absent:
+        return Check("compiled helpers", WARN, f"not built: {', '.join(absent)}; their Python versions run "
+                     "(same results, ~1.5x the host time per small op)",
+                     "reinstall torch-fl where a C compiler and Python's headers are available "
+                     "(pip install --force-reinstall --no-deps torch-fl)")
+    if compiled.pure_python_asked():
+        return Check("compiled helpers", OK, f"built; their Python versions run, as {compiled.PURE_PYTHON_ENV} asks")
+    return Check("compiled helpers", OK, f"in use: {', '.join(compiled.HELPERS)}")
+
+
 _LOG_LEVELS = (" WARNING ", " ERROR ", " CRITICAL ")
 _LOG_TAIL = 10
 
@@ -282,7 +297,7 @@ def run_checks() -> Report:
         report = Report([found, *check_loading(failures, plugins), check_driver(plugins, config),
                          check_certified_stack(plugins), check_device_nodes(),
                          check_config(config, config_error, plugins), check_lock(config, plugins),
-                         check_runtime()])
+                         check_runtime(), check_compiled_helpers()])
     finally:
         logger.removeHandler(handler)
     log_path = config.logging.path if config else None
