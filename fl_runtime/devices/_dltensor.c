@@ -12,7 +12,8 @@
  *
  * Why C.  The pure-Python path (storage.py) packs the struct with `struct`, makes the capsule
  * through ctypes and frees through a cffi callback into Python: ~2.8 us of a tiny op's host
- * time (BENCHMARKS.md, "Where a tiny op's time goes").  Here the whole wrap is one call.
+ * time (README "Compiled helpers"; BENCHMARKS.md, "Compiled helpers").  Here the whole wrap is
+ * one call.
  *
  * The deleter never enters Python.  PyTorch calls it when a storage dies: on any thread (an
  * autograd worker, with or without the GIL), while the interpreter unwinds an exception, or

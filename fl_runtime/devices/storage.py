@@ -26,7 +26,8 @@ onto a lock-free list, and `collect_freed()` (which the allocator calls before i
 allocates or reports) runs the releases.  So at exit nothing needs detaching, and
 a tensor freed while Python unwinds an exception cannot hide it.  The pure-Python
 one below (struct, ctypes, a cffi callback) runs where the extension was not
-built, or with TORCH_FL_PURE_PYTHON=1 (fl_runtime/compiled.py).  `IMPLEMENTATION` names the one in use.
+built, or with TORCH_FL_PURE_PYTHON=1 (fl_runtime/compiled.py).  `IMPLEMENTATION`
+names the one in use.
 """
 from __future__ import annotations
 

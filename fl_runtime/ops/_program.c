@@ -2,7 +2,7 @@
  *
  *   call_key(args: tuple) -> tuple
  *       ops/fast_path.call_key for a call without keyword arguments: the same key, value for
- *       value (fast_path.value_key's docstring is the specification; tests/test_program_native.py
+ *       value (fast_path.value_key's docstring is the specification; tests/test_compiled_helpers.py
  *       checks the two agree on generated calls);
  *   patch_tensors(address, blob, inputs, outputs, values, outs) -> None
  *       ops/marshal.replay's common sites: copy the template's bytes `blob` to the arena at
@@ -11,7 +11,8 @@
  *
  * Why C.  Both are a handful of Python operations per tensor, but each costs a frame, a map,
  * a tuple or a struct call around the few torch getters that do the work; a tiny op paid ~1.2 us
- * for its key and ~1.6 us for its replay (BENCHMARKS.md, "Where a tiny op's time goes").
+ * for its key and ~1.6 us for its replay (README "Compiled helpers"; BENCHMARKS.md, "Compiled
+ * helpers").
  *
  * No torch headers: tensors are read through their Python methods (shape, stride(), dtype,
  * get_device(), data_ptr(), storage_offset()), exactly what the Python code calls.  A tensor is
