@@ -125,13 +125,21 @@ static PyObject *wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "_dltensor.wrap before _dltensor.configure");
         return NULL;
     }
+    /* Each conversion is checked before the next call: the C API must not be called with
+     * an exception set. */
     unsigned long long data = PyLong_AsUnsignedLongLong(args[0]);
-    long device_type = PyLong_AsLong(args[1]);
-    long device_index = PyLong_AsLong(args[2]);
-    long code = PyLong_AsLong(args[5]);
-    long bits = PyLong_AsLong(args[6]);
+    if (data == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    long fields[4];                 /* device_type, device_index, code, bits */
+    const int at[4] = {1, 2, 5, 6};
+    for (int i = 0; i < 4; i++) {
+        fields[i] = PyLong_AsLong(args[at[i]]);
+        if (fields[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    long device_type = fields[0], device_index = fields[1], code = fields[2], bits = fields[3];
     Py_ssize_t ndim = PyObject_Length(args[3]);
-    if (PyErr_Occurred())
+    if (ndim < 0)
         return NULL;
     Node *node = malloc(sizeof(Node) + 2 * (size_t)ndim * sizeof(int64_t));
     if (node == NULL)

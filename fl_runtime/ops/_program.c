@@ -150,10 +150,14 @@ static int patch_site(char *arena, Py_ssize_t size, PyObject *site, PyObject *fr
         PyErr_SetString(PyExc_TypeError, "_program.patch_tensors: a site is (at, index, itemsize)");
         return -1;
     }
-    Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(site, 0));
-    Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(site, 1));
-    long long itemsize = PyLong_AsLongLong(PyTuple_GET_ITEM(site, 2));
-    if (PyErr_Occurred())
+    Py_ssize_t at, index;
+    long long itemsize;
+    /* each checked before the next call: the C API must not be called with an exception set */
+    if ((at = PyLong_AsSsize_t(PyTuple_GET_ITEM(site, 0))) == -1 && PyErr_Occurred())
+        return -1;
+    if ((index = PyLong_AsSsize_t(PyTuple_GET_ITEM(site, 1))) == -1 && PyErr_Occurred())
+        return -1;
+    if ((itemsize = PyLong_AsLongLong(PyTuple_GET_ITEM(site, 2))) == -1 && PyErr_Occurred())
         return -1;
     if (at < 0 || at + 16 > size) {
         PyErr_SetString(PyExc_ValueError, "_program.patch_tensors: a site outside the template");
@@ -185,9 +189,10 @@ static PyObject *patch_tensors(PyObject *module, PyObject *const *args, Py_ssize
                         "(address, blob, inputs, outputs, values, outs)");
         return NULL;
     }
-    char *arena = (char *)(uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
-    if (PyErr_Occurred())
+    unsigned long long address = PyLong_AsUnsignedLongLong(args[0]);
+    if (address == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
+    char *arena = (char *)(uintptr_t)address;
     char *blob;
     Py_ssize_t size;
     if (PyBytes_AsStringAndSize(args[1], &blob, &size) < 0)
