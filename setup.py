@@ -94,9 +94,9 @@ class PlatformDistribution(Distribution):
 # The compiled helpers (fl_runtime/compiled.py).  Optional: a failed compile warns and the
 # package runs their Python versions.  No -Werror here (another compiler or Python's headers
 # may warn); tests/test_compiled_helpers.py compiles them with -Wall -Wextra -Werror.
-COMPILED_HELPERS = [Extension(name, [source], extra_compile_args=["-std=c11", "-O2"], optional=True)
-                    for name, source in (("fl_runtime.devices._dltensor", "fl_runtime/devices/_dltensor.c"),
-                                         ("fl_runtime.ops._program", "fl_runtime/ops/_program.c"))]
+_helpers = _load_by_path(ROOT / "fl_runtime" / "compiled.py")
+COMPILED_HELPERS = [Extension(name, [_helpers.source_of(name)], extra_compile_args=["-std=c11", "-O2"],
+                              optional=True) for name in _helpers.HELPERS]
 
 setup(cmdclass={"build_py": BuildPyWithReferencePlugin, "build_ext": BuildExtReplacingAtomically},
       distclass=PlatformDistribution, ext_modules=COMPILED_HELPERS)

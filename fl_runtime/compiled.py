@@ -7,17 +7,26 @@ behaviour and tests.  README ("Compiled helpers") lists them:
 - `fl_runtime.ops._program` (ops/fast_path.py, ops/marshal.py): a replayed program's call key
   and tensor sites.
 TORCH_FL_PURE_PYTHON=1 runs the Python versions (a comparison, or a suspected bug in C).
+
+`HELPERS` is the one list: setup.py loads this file by path (standard library only, no
+torch in a build environment) and builds each from `source_of(name)`.
 """
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from types import ModuleType
 
-from fl_runtime.logs import logger
+_log = logging.getLogger("torch_fl")       # fl_runtime.logs' logger, reached without importing it
 
 PURE_PYTHON_ENV = "TORCH_FL_PURE_PYTHON"
 HELPERS = ("fl_runtime.devices._dltensor", "fl_runtime.ops._program")
+
+
+def source_of(name: str) -> str:
+    """The C source of helper `name`, relative to the project root (beside its Python version)."""
+    return name.replace(".", "/") + ".c"
 
 
 def pure_python_asked() -> bool:
@@ -43,5 +52,5 @@ def load(name: str) -> ModuleType | None:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        logger.debug("torch_fl: %s is not built (%s); its Python version runs", name, exc)
+        _log.debug("torch_fl: %s is not built (%s); its Python version runs", name, exc)
         return None

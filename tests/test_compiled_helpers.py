@@ -24,10 +24,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fl_runtime import compiled
 from fl_sdk.build import compiler
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = [ROOT / "fl_runtime" / "devices" / "_dltensor.c", ROOT / "fl_runtime" / "ops" / "_program.c"]
+SOURCES = [ROOT / compiled.source_of(name) for name in compiled.HELPERS]
 KDL_EXT_DEV = 12
 FLOAT32 = (2, 32)
 
@@ -56,6 +57,7 @@ def test_compiles_without_warnings(tmp_path, source):
 def test_the_install_built_every_helper(fl):
     from fl_runtime.devices import storage
     from fl_runtime.ops import fast_path, marshal
+    assert compiled.missing() == [] and len(SOURCES) == 2 and all(path.exists() for path in SOURCES)
     assert storage.IMPLEMENTATION == "compiled"
     assert fast_path.positional_key is fast_path._native.call_key
     assert marshal._patch_tensors is not None
