@@ -34,23 +34,19 @@ def pure_python_asked() -> bool:
     return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
 
 
-def missing() -> list[str]:
-    """The helpers this install lacks (not built, or not importable), whatever the switch says."""
-    absent = []
-    for name in HELPERS:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            absent.append(name)
-    return absent
-
-
-def load(name: str) -> ModuleType | None:
-    """The compiled module `name` (a full module name), or None for its Python version."""
-    if pure_python_asked():
-        return None
+def _built(name: str) -> ModuleType | None:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
         _log.debug("torch_fl: %s is not built (%s); its Python version runs", name, exc)
         return None
+
+
+def missing() -> list[str]:
+    """The helpers this install lacks (not built, or not importable), whatever the switch says."""
+    return [name for name in HELPERS if _built(name) is None]
+
+
+def load(name: str) -> ModuleType | None:
+    """The compiled module `name` (a full module name), or None for its Python version."""
+    return None if pure_python_asked() else _built(name)

@@ -29,8 +29,6 @@ from fl_sdk.build import compiler
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [ROOT / compiled.source_of(name) for name in compiled.HELPERS]
-KDL_EXT_DEV = 12
-FLOAT32 = (2, 32)
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +38,11 @@ def native(fl):
     return storage._native
 
 
-def wrap(native, data: int, token, shape=(2, 3), stride=(3, 1), dtype=FLOAT32) -> torch.Tensor:
-    return native.wrap(data, KDL_EXT_DEV, 0, shape, stride, *dtype, token)
+def wrap(native, data: int, token, shape=(2, 3), stride=(3, 1), codes=None) -> torch.Tensor:
+    """native.wrap as storage.wrap_block calls it; `codes`: a DLPack (type code, bits) of float32's."""
+    from fl_runtime.devices import storage
+    code, bits = codes or storage.DL_DTYPES[torch.float32]
+    return native.wrap(data, storage._KDL_EXT_DEV, 0, shape, stride, code, bits, token)
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda path: path.name)
@@ -98,7 +99,7 @@ def test_capsule_pytorch_refuses_is_released(native):
     released = []
     live = native.live()
     with pytest.raises(Exception):   # an unknown DLPack type code: PyTorch raises, the capsule dies
-        wrap(native, 0x20000, (released.append, "refused"), dtype=(99, 32))
+        wrap(native, 0x20000, (released.append, "refused"), codes=(99, 32))
     gc.collect()
     assert native.live() == live
     assert native.collect() == 1 and released == ["refused"]
