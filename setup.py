@@ -98,5 +98,15 @@ _helpers = _load_by_path(ROOT / "fl_runtime" / "compiled.py")
 COMPILED_HELPERS = [Extension(name, [_helpers.source_of(name)], extra_compile_args=["-std=c11", "-O2"],
                               optional=True) for name in _helpers.HELPERS]
 
+# setuptools' egg_info writes the package metadata (entry points included) into a folder;
+# by default that is the checkout's root, which is on sys.path whenever Python runs there
+# (tests, `python -m`), so importlib.metadata takes it for the installed package.  `make
+# test` reinstalls the checkout into its second venv while the main suite runs, and that
+# rewrite left a moment with no entry points: no reference plugin, no autoload.  build/
+# is off sys.path.
+EGG_BASE = ROOT / "build"
+EGG_BASE.mkdir(exist_ok=True)
+
 setup(cmdclass={"build_py": BuildPyWithReferencePlugin, "build_ext": BuildExtReplacingAtomically},
-      distclass=PlatformDistribution, ext_modules=COMPILED_HELPERS)
+      distclass=PlatformDistribution, ext_modules=COMPILED_HELPERS,
+      options={"egg_info": {"egg_base": str(EGG_BASE)}})
