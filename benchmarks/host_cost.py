@@ -326,8 +326,9 @@ def main() -> None:
         torch_fl.synchronize(int(device.split(":")[1]))
 
     load = os.getloadavg()
-    from fl_runtime.devices import storage
-    helpers = "compiled" if storage.IMPLEMENTATION == "compiled" else "Python versions (TORCH_FL_PURE_PYTHON)"
+    from fl_runtime import compiled
+    helpers_compiled = not compiled.pure_python_asked() and not compiled.missing()
+    helpers = "compiled" if helpers_compiled else "Python versions (or some not built; torch-fl doctor says)"
     print(f"torch {torch.__version__} (1 thread), Torch-FL {torch_fl.__version__}; reference {ref_dev}, "
           f"null plugin {null_dev}; helpers {helpers}; load average {load[0]:.1f}\n")
     print(f"import torch {imports['import_torch_s']:.2f} s; then import torch_fl + discovery "
@@ -366,7 +367,7 @@ def main() -> None:
         print(f"plot: {args.png}")
     if args.json:
         Path(args.json).write_text(json.dumps({"imports": imports, "tiny_ops": tiny, "mixes": rows,
-                                               "compiled_helpers": storage.IMPLEMENTATION == "compiled",
+                                               "compiled_helpers": helpers_compiled,
                                                "loadavg": load}, indent=1))
 
 
