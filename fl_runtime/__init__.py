@@ -23,6 +23,7 @@ from fl_runtime.errors import (
     FLError,
     FLOutOfMemoryError,
     FLSharingError,
+    GraphReplayError,
     IncompatibleABIError,
     LockFileError,
     LockMismatchError,
@@ -45,7 +46,8 @@ from fl_runtime.version import __version__
 # Imported at first use: most programs never profile or measure coverage, and these
 # modules (fx tracing, the trace writer) were ~3 ms of every start-up.
 LAZY_NAMES = {"profile": "fl_runtime.tools.profiler", "Profile": "fl_runtime.tools.profiler",
-              "coverage": "fl_runtime.tools.coverage", "CoverageReport": "fl_runtime.tools.coverage"}
+              "coverage": "fl_runtime.tools.coverage", "CoverageReport": "fl_runtime.tools.coverage",
+              "graph_summary": "fl_runtime.integration.graph_backend"}
 
 remember_recent_log()      # before start-up: doctor shows start-up warnings
 if os.environ.get("TORCH_FL_PROFILE"):   # profile the whole process (README, "Profiler")
@@ -118,4 +120,4 @@ __all__ = ["__version__", "init", "runtime", "list_devices", "device_count", "wh
            "CoverageReport", "FLError", "ConfigError", "PluginLoadError", "PluginProbeError", "IncompatibleABIError",
            "VendorError", "UnsupportedOpError", "DeviceNotFoundError", "UnsupportedDtypeError", "FLOutOfMemoryError",
            "TorchVersionError", "UncertifiedPluginError", "StackLockError", "LockFileError", "LockMismatchError",
-           "FLBadForkError", "FLSharingError"]
+           "FLBadForkError", "FLSharingError", "GraphReplayError", "graph_summary"]

@@ -153,3 +153,9 @@ class FLSharingError(FLError):
 
 class FLCompileError(FLError):
     """torch.compile's Inductor produced something fl cannot run (README, "torch.compile")."""
+
+
+class GraphReplayError(FLError):
+    """A graph compiled with backend="fl" met, while replaying its launches, a layout that
+    differs from its record or a launch the vendor declined; the graph runs eagerly from its
+    next call (README, "Graph path")."""

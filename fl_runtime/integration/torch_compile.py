@@ -1,5 +1,5 @@
-"""torch.compile on fl: dynamo's device interface and Inductor's backend for fl
-(README, "torch.compile").
+"""torch.compile on fl: dynamo's device interface, Inductor's backend for fl, and the
+graph path's backend="fl" (README, "torch.compile" and "Graph path").
 
 Both register lazily, right after PyTorch imports the module they plug into
 (`torch._dynamo.device_interface`, `torch._inductor.compile_fx`), because
@@ -13,6 +13,7 @@ from fl_runtime.integration.lightning.hook import call_after_import
 from fl_runtime.logs import logger
 
 DYNAMO_MODULE = "torch._dynamo.device_interface"
+REGISTRY_MODULE = "torch._dynamo.backends.registry"
 INDUCTOR_MODULE = "torch._inductor.compile_fx"
 
 
@@ -20,6 +21,7 @@ def install() -> None:
     """Register with dynamo and Inductor when (if ever) they are imported in this process."""
     call_after_import(DYNAMO_MODULE, _guarded(_register_dynamo, "dynamo's device interface"))
     call_after_import(INDUCTOR_MODULE, _guarded(_register_inductor, "Inductor"))
+    call_after_import(REGISTRY_MODULE, _guarded(_register_graph_backend, "dynamo's backend registry"))
 
 
 def _register_dynamo() -> None:
@@ -30,6 +32,11 @@ def _register_dynamo() -> None:
 def _register_inductor() -> None:
     from fl_runtime.integration import inductor_backend
     inductor_backend.register()
+
+
+def _register_graph_backend() -> None:
+    from fl_runtime.integration import graph_backend
+    graph_backend.register()
 
 
 def _guarded(register, what: str):

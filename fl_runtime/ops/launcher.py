@@ -155,6 +155,18 @@ class Launcher:
         empty for an op that never gets them); for diagnostics and tests."""
         return dict(self._programs.get(name, {}))
 
+    def program_for(self, name: str, args: tuple, kwargs: dict):
+        """The per-signature program a call of `name` with these arguments (as its kernel
+        receives them) runs, or None (fast_path.py); the graph path reads it
+        (launch_list.py)."""
+        programs = self._programs.get(name)
+        if not programs:
+            return None
+        try:
+            return programs.get(fast_path.call_key(args, kwargs))
+        except TypeError:
+            return None
+
     def has_kernel(self, device_index: int, name: str, dtype: torch.dtype) -> bool:
         choice = self.rt.device(device_index).kernels.get(name)
         return choice is not None and bool((choice.dtypes >> abi.DTYPE_TO_FL[dtype]) & 1)

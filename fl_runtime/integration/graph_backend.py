@@ -1,0 +1,80 @@
+"""torch.compile(model, backend="fl"): the graph path (README "Graph path").
+
+Dynamo captures the user's code as an FX graph; AOTAutograd (PyTorch's own,
+`aot_autograd`) traces it into ATen graphs, a forward and a backward for training or
+one for inference, with PyTorch's composite ops already decomposed; each graph is
+handed to a `LaunchList` (ops/launch_list.py), which records one eager run and then
+replays its vendor launches.  No Inductor, no code generation, no C++: a graph runs
+exactly the vendor kernels eager would, with the per-op host work done once.
+
+Graphs with symbolic shapes (dynamic=True, or dynamo's automatic dynamic shapes after a
+shape changed) run as eager FX code: a plan is fixed to the layouts it recorded.
+
+Registered with dynamo's backend registry right after PyTorch imports it (never
+importing it: dynamo costs seconds), as torch_compile.py does for Inductor.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from fl_runtime.integration import process
+from fl_runtime.logs import logger
+from fl_runtime.ops.launch_list import LaunchList
+
+BACKEND_NAME = "fl"
+_graphs: weakref.WeakSet = weakref.WeakSet()      # the LaunchLists made so far, for graph_summary()
+
+
+def fl_backend(gm: torch.fx.GraphModule, example_inputs: list, **options):
+    """The dynamo backend: AOTAutograd's graphs, each run by a LaunchList."""
+    from torch._dynamo.backends.common import aot_autograd
+    if options:
+        raise TypeError(f"torch.compile(backend='fl') takes no options (got {sorted(options)})")
+    return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
+                        inference_compiler=compile_graph)(gm, example_inputs)
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: list):
+    """AOTAutograd's compiler: a boxed callable (it takes the list of inputs and empties
+    it, so AOTAutograd's references do not keep inputs alive) running `gm`."""
+    if _symbolic(example_inputs):
+        logger.info("torch_fl: a graph with symbolic shapes runs as eager FX code (the graph path replays "
+                    "fixed layouts; README \"Graph path\")")
+        runner = gm
+    else:
+        runner = LaunchList(gm, process.start().launcher)
+        _graphs.add(runner)
+
+    def run(args: list):
+        inputs = tuple(args)
+        args.clear()
+        return runner(*inputs)
+    run._boxed_call = True
+    run.launch_list = runner if isinstance(runner, LaunchList) else None
+    return run
+
+
+def graph_summary() -> list[dict]:
+    """Per graph compiled with backend="fl" and still alive: its nodes, its plans (launches,
+    Python steps, workspace bytes, replays on the calling thread), the calls it ran
+    eagerly and why (LaunchList.summary)."""
+    return [graph.summary() for graph in list(_graphs)]
+
+
+def _symbolic(example_inputs: list) -> bool:
+    for value in example_inputs:
+        if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
+            return True
+        if isinstance(value, torch.Tensor) and any(
+                isinstance(n, torch.SymInt) for n in (*value.shape, *value.stride(), value.storage_offset())):
+            return True
+    return False
+
+
+def register() -> None:
+    """Make backend="fl" known to dynamo (called right after its registry is imported)."""
+    from torch._dynamo.backends import registry
+    if BACKEND_NAME not in registry._COMPILER_FNS:
+        registry.register_backend(fl_backend, name=BACKEND_NAME)

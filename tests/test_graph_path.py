@@ -1,0 +1,317 @@
+"""The graph path: a captured graph's launches recorded once and replayed
+(ops/launch_list.py, integration/graph_backend.py; README "Graph path").
+
+The engine's tests trace functions into ATen graphs with make_fx (PyTorch's tracer, no
+dynamo: fast) and run them with a LaunchList on fl tensors: every call after the first
+is a replay, so each check compares several calls, with new values, against PyTorch's
+CPU result.  The user's route, torch.compile(model, backend="fl") with dynamo and
+AOTAutograd, runs as a script in a subprocess: an MLP, a CNN and an HF GPT-2 trained
+for a few steps, checked against the same training in eager mode.
+"""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from fl_runtime import abi
+from fl_runtime.ops import accounting
+from fl_runtime.errors import GraphReplayError
+from fl_runtime.ops.launch_list import LaunchList, LaunchStep
+
+FP32 = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def _launch_list(fl, fn, *cpu_inputs) -> LaunchList:
+    return LaunchList(make_fx(fn)(*cpu_inputs), fl.runtime().launcher)
+
+
+def _check(runner: LaunchList, fn, make_inputs, calls: int = 3) -> None:
+    """`calls` calls (the first records, the rest replay), each with new values, against the CPU."""
+    for call in range(calls):
+        cpu_inputs = make_inputs(call)
+        want = fn(*[t.clone() for t in cpu_inputs])
+        got = runner(*[t.to("fl:0") for t in cpu_inputs])
+        for w, g in zip(_flat(want), _flat(got)):
+            torch.testing.assert_close(g.cpu(), w, **FP32, msg=lambda m: f"call {call}: {m}")
+
+
+def _flat(value):
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _randn(*shape, seed: int):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _mlp(x, w1, b1, w2):
+    h = torch.nn.functional.gelu(torch.addmm(b1, x, w1.t()))
+    return (h @ w2.t()).softmax(-1), h.sum(0)
+
+
+def _mlp_inputs(call: int):
+    return [_randn(5, 8, seed=call), _randn(16, 8, seed=10 + call), _randn(16, seed=20 + call),
+            _randn(4, 16, seed=30 + call)]
+
+
+def test_an_mlp_replays_as_launches_and_matches_the_cpu(fl):
+    runner = _launch_list(fl, _mlp, *_mlp_inputs(0))
+    _check(runner, _mlp, _mlp_inputs)
+    (plan,) = runner.plans()
+    kinds = [type(step).__name__ for step in plan.steps]
+    assert kinds.count("LaunchStep") == 5 and "PythonStep" not in kinds, kinds   # t() is a view: no step
+    assert plan.workspace > 0          # the addmm and gelu results live in the workspace
+
+
+def test_intermediates_share_workspace_bytes_when_their_lives_do_not_overlap(fl):
+    def chain(x, w):
+        for _ in range(8):
+            x = torch.relu(x @ w) * 0.5
+        return x
+    inputs = lambda call: [_randn(16, 16, seed=call), _randn(16, 16, seed=50 + call)]   # noqa: E731
+    runner = _launch_list(fl, chain, *inputs(0))
+    _check(runner, chain, inputs)
+    (plan,) = runner.plans()
+    intermediate = 16 * 16 * 4
+    assert plan.workspace < 4 * intermediate, plan.workspace     # 15 intermediates in a few slots
+
+
+def test_views_of_intermediates_and_of_inputs_with_storage_offsets(fl):
+    def views(x, y):
+        a = (x + 1).t()[1:, ::2]                  # a view of an intermediate, read by a launch
+        b = y.transpose(0, 1).expand(2, 6, 6)     # a view of an input, expanded
+        return (a * 2).contiguous(), (b + a[:1, :1]).sum(0), a.sum()
+    base = _randn(7, 6, 6, seed=1)
+
+    def inputs(call):        # y is a slice: its storage offset differs per call
+        return [_randn(6, 6, seed=call), (base + call)[call % 3 + 1]]
+    runner = _launch_list(fl, views, *inputs(0))
+    for call in range(4):
+        cpu = inputs(call)
+        want = views(*cpu)
+        big = (base + call).to("fl:0")
+        got = runner(cpu[0].to("fl:0"), big[call % 3 + 1])
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g.cpu(), w, **FP32)
+    assert len(runner.plans()) == 1, "a storage offset is addressed per call, not a new signature"
+
+
+def test_in_place_writes_to_inputs_replay(fl):
+    def step(param, grad):
+        param.add_(grad, alpha=-0.1)
+        return (param * param).sum()
+    param = _randn(8, seed=0).to("fl:0")
+    want = param.cpu()
+    runner = _launch_list(fl, step, torch.zeros(8), torch.zeros(8))
+    for call in range(4):
+        grad = _randn(8, seed=call)
+        want.add_(grad, alpha=-0.1)
+        got = runner(param, grad.to("fl:0"))
+        torch.testing.assert_close(param.cpu(), want, **FP32)
+        torch.testing.assert_close(got.cpu(), (want * want).sum(), **FP32)
+
+
+def test_another_input_layout_records_its_own_plan(fl):
+    def fn(x):
+        return torch.relu(x) + x.sum(0)
+    runner = _launch_list(fl, fn, torch.zeros(3, 4))
+    _check(runner, fn, lambda call: [_randn(3, 4, seed=call)])
+    _check(runner, fn, lambda call: [_randn(3, 4, seed=call).t().contiguous().t()])   # column-major
+    assert len(runner.plans()) == 2
+
+
+OPS = [lambda x: x + 1.5, torch.relu, lambda x: x * x, torch.tanh, lambda x: x.t() @ x, lambda x: x.t() * 2,
+       lambda x: x.sum(0, keepdim=True).expand_as(x) - x, lambda x: torch.cat([x, x])[: x.shape[0]]]
+
+
+@given(st.lists(st.integers(0, len(OPS) - 1), min_size=1, max_size=12), st.integers(1, 6))
+def test_random_op_chains_replay_as_the_cpu_computes(fl, picks, n):
+    def chain(x):
+        outs = []
+        for pick in picks:
+            x = OPS[pick](x)
+            outs.append(x.sum())
+        return x, torch.stack(outs)
+    runner = _launch_list(fl, chain, torch.zeros(n, n))
+    _check(runner, chain, lambda call: [_randn(n, n, seed=call) / 4])
+
+
+def test_threads_each_replay_their_own_plan(fl):
+    runner = _launch_list(fl, _mlp, *_mlp_inputs(0))
+    errors = []
+
+    def worker(seed: int) -> None:
+        try:
+            for call in range(15):
+                cpu = _mlp_inputs(seed * 100 + call)
+                want = _mlp(*cpu)
+                got = runner(*[t.to("fl:0") for t in cpu])
+                for w, g in zip(want, got):
+                    torch.testing.assert_close(g.cpu(), w, **FP32)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_a_graph_with_a_fallback_runs_it_as_a_python_step(fl):
+    def fn(x):
+        return torch.special.zeta(x + 2, x + 3) * 2      # no reference kernel: the CPU fallback
+    runner = _launch_list(fl, fn, torch.zeros(5))
+    with pytest.warns(UserWarning, match="zeta"):
+        _check(runner, fn, lambda call: [_randn(5, seed=call).abs()])
+    (plan,) = runner.plans()
+    assert [type(s).__name__ for s in plan.steps] == ["LaunchStep", "LaunchStep", "PythonStep", "LaunchStep"]
+
+
+def test_a_hidden_kernel_or_a_profile_runs_the_graph_eagerly(fl):
+    def fn(x):
+        return torch.logit(x) * 2
+    inputs = lambda call: [_randn(6, seed=call).sigmoid()]    # noqa: E731
+    runner = _launch_list(fl, fn, torch.full((6,), 0.5))
+    _check(runner, fn, inputs, calls=2)
+    devices = fl.runtime().devices
+    hidden = [device.kernels.pop("logit", None) for device in devices]
+    try:
+        before = accounting.counts()
+        _check(runner, fn, inputs, calls=1)
+        assert accounting.counts()[("aten::logit", "native")] == before[("aten::logit", "native")]
+    finally:
+        for device, kernel in zip(devices, hidden):
+            if kernel is not None:
+                device.kernels["logit"] = kernel
+    with fl.profile() as prof:
+        _check(runner, fn, inputs, calls=1)
+    assert {"aten::logit", "aten::mul.Tensor"} <= {row.op for row in prof.rows.values()}
+
+
+def test_replayed_launches_are_counted(fl):
+    runner = _launch_list(fl, _mlp, *_mlp_inputs(0))
+    _check(runner, _mlp, _mlp_inputs, calls=2)
+    before = accounting.counts()
+    runner(*[t.to("fl:0") for t in _mlp_inputs(5)])
+    after = accounting.counts()
+    assert after[("aten::addmm", "native")] - before[("aten::addmm", "native")] == 1
+    assert after[("aten::mm", "native")] - before[("aten::mm", "native")] == 1
+
+
+def test_runs_leave_no_memory_behind_even_when_a_launch_fails(fl):
+    runner = _launch_list(fl, _mlp, *_mlp_inputs(0))
+    inputs = [t.to("fl:0") for t in _mlp_inputs(1)]
+    _check(runner, _mlp, _mlp_inputs, calls=2)
+    torch.fl.synchronize()
+    baseline = torch.fl.memory_allocated()
+    out = runner(*inputs)
+    del out
+    assert torch.fl.memory_allocated() == baseline
+    (plan,) = runner.plans()
+    step = next(s for s in plan.steps if isinstance(s, LaunchStep) and s.name == "gelu")
+    real_choice = step.program.choice
+
+    class Declining:            # the vendor declines the gelu launch it took when recorded
+        entry, dtypes, autocast = real_choice.entry, real_choice.dtypes, None
+
+        @staticmethod
+        def launch_fn(*args):
+            return abi.ERROR_NOT_SUPPORTED
+    step.program = type("P", (), {"choice": Declining, "device": step.program.device,
+                                  "count_key": step.program.count_key})
+    plan.valid = lambda: True
+    with pytest.raises(GraphReplayError, match="declined"):
+        runner(*inputs)
+    assert torch.fl.memory_allocated() == baseline, "the workspace and the outputs made so far are freed"
+    assert runner.eager_only
+    _check(runner, _mlp, lambda call: _mlp_inputs(call + 7), calls=2)    # eager from now on, still right
+
+
+SCRIPT = r"""
+import copy
+import torch
+import torch_fl
+import torch._dynamo
+from torch._dynamo.backends.registry import list_backends
+assert "fl" in list_backends(), list_backends()
+from fl_runtime.ops import accounting
+
+def train(model, x, y, compiled, steps=3):
+    model = copy.deepcopy(model).to(x.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = lambda: torch.nn.functional.cross_entropy(model(x), y)
+    run = torch.compile(loss_fn, backend="fl") if compiled else loss_fn
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = run()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+torch.manual_seed(0)
+models = {
+    "mlp": (torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)),
+            torch.randn(6, 8)),
+    "cnn": (torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(4 * 3 * 3, 4)),
+            torch.randn(6, 3, 8, 8)),
+}
+y = torch.tensor([0, 1, 2, 3, 0, 1])
+for name, (model, x) in models.items():
+    want_losses, want_params = train(model, x, y, compiled=False)
+    accounting.reset_counts()
+    got_losses, got_params = train(model, x.to("fl:0"), y.to("fl:0"), compiled=True)
+    assert not [k for k in accounting.counts() if k[1] == "cpu"], accounting.counts()
+    replays = sum(plan["replays"] for graph in torch_fl.graph_summary() for plan in graph["plans"])
+    assert replays >= 4, torch_fl.graph_summary()     # steps 2 and 3 replayed a forward and a backward
+    torch.testing.assert_close(torch.tensor(got_losses), torch.tensor(want_losses), rtol=1e-4, atol=1e-5)
+    for w, g in zip(want_params, got_params):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    print(name, "ok")
+
+# HF GPT-2, trained with AdamW: compiled on fl against eager on fl
+from transformers import GPT2Config, GPT2LMHeadModel
+config = GPT2Config(vocab_size=128, n_positions=16, n_embd=32, n_layer=2, n_head=2,
+                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+torch.manual_seed(0)
+gpt2 = GPT2LMHeadModel(config)
+ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(1)).to("fl:0")
+results = []
+for compiled in (False, True):
+    model = copy.deepcopy(gpt2).to("fl:0")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loss_of = lambda: model(input_ids=ids, labels=ids).loss
+    run = torch.compile(loss_of, backend="fl") if compiled else loss_of
+    losses = []
+    for _ in range(3):
+        optimizer.zero_grad()
+        loss = run()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    results.append(losses)
+torch.testing.assert_close(torch.tensor(results[1]), torch.tensor(results[0]), rtol=1e-4, atol=1e-5)
+graphs = torch_fl.graph_summary()
+assert all(not g["eager_only"] and not g["why_no_plan"] for g in graphs), graphs
+print("gpt2 ok")
+
+# dynamic shapes: eager FX code, still right
+f = torch.compile(lambda a: torch.relu(a) * 2, backend="fl", dynamic=True)
+for n in (3, 5, 9):
+    a = torch.randn(n)
+    torch.testing.assert_close(f(a.to("fl:0")).cpu(), torch.relu(a) * 2)
+print("dynamic ok")
+"""
+
+
+def test_torch_compile_backend_fl_trains_like_eager(script):
+    result = script(SCRIPT, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    assert result.stdout.split() == ["mlp", "ok", "cnn", "ok", "gpt2", "ok", "dynamic", "ok"]
