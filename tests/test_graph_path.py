@@ -315,3 +315,30 @@ def test_torch_compile_backend_fl_trains_like_eager(script):
     result = script(SCRIPT, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     assert result.stdout.split() == ["mlp", "ok", "cnn", "ok", "gpt2", "ok", "dynamic", "ok"]
+
+
+def test_a_number_another_node_computes_is_never_baked_into_a_launch(fl):
+    """A launch's arena holds its ints and floats for good; one that a node computes per
+    run (here from a tensor's value) must reach the op through PyTorch every run."""
+    aten = torch.ops.aten
+    graph = torch.fx.Graph()             # x * k.sum().item(), relu(x) + 1 (make_fx cannot trace .item())
+    x, k = graph.placeholder("x"), graph.placeholder("k")
+    n = graph.call_function(aten._local_scalar_dense.default, (graph.call_function(aten.sum.default, (k,)),))
+    relu = graph.call_function(aten.relu.default, (x,))
+    graph.output((graph.call_function(aten.mul.Scalar, (x, n)), graph.call_function(aten.add.Scalar, (relu, 1))))
+    runner = LaunchList(torch.fx.GraphModule(torch.nn.Module(), graph), fl.runtime().launcher)
+    for call in range(3):
+        x, k = _randn(3, seed=call), torch.full((2,), float(call))
+        got = runner(x.to("fl:0"), k.to("fl:0"))
+        torch.testing.assert_close(got[0].cpu(), x * (2.0 * call), **FP32)
+        torch.testing.assert_close(got[1].cpu(), torch.relu(x) + 1, **FP32)
+
+
+def test_a_layout_changed_in_place_keeps_the_graph_eager(fl):
+    def fn(x):
+        y = x + 1
+        y.transpose_(0, 1)
+        return y * 2
+    runner = _launch_list(fl, fn, torch.zeros(2, 3))
+    _check(runner, fn, lambda call: [_randn(2, 3, seed=call)])
+    assert not runner.plans() and "transpose_" in runner.summary()["why_no_plan"][0]

@@ -50,6 +50,9 @@ from fl_runtime.ops.launcher import _declined_reason, _raise_launch_failure
 _ALIGN = 256                 # workspace offsets: the alignment vendors get from allocate (fl_abi.h)
 MAX_PLANS = 8                # input signatures one graph keeps plans for, per thread
 _is_autocast_enabled = torch.is_autocast_enabled
+# Ops that return a view without saying so in their schema (no alias annotation): their
+# results share storage with the input, so a plan treats them as the views they are.
+_UNANNOTATED_VIEWS = frozenset({torch.ops.aten._unsafe_view.default})
 _pack = BASE_AND_OFFSET.pack_into
 
 
@@ -162,6 +165,7 @@ class _Record:
         self.inputs: list = []          # placeholder and get_attr nodes, in graph order
         self.device_index: int | None = None
         self.mixed_devices = False
+        self.changes_metadata: str | None = None      # a node that changes a tensor's layout in place
 
     def run(self, inputs: list):
         placeholders = iter(inputs)
@@ -185,6 +189,8 @@ class _Record:
         self.inputs.append(node)
 
     def _call(self, node) -> None:
+        if torch.Tag.inplace_view in getattr(node.target, "tags", ()):
+            self.changes_metadata = node.format_node()   # resize_, as_strided_ ...: addresses would move
         args, kwargs = map_arg((node.args, node.kwargs), self.env.__getitem__)
         if node.target is operator.getitem and isinstance(self.vals.get(node.args[0]), tuple):
             self.env[node] = out = args[0][args[1]]
@@ -206,7 +212,8 @@ class _Record:
 
     def _view(self, node, out) -> bool:
         """A view op whose result shares its source's storage: a Val, no step."""
-        if not getattr(node.target, "is_view", False) or not isinstance(out, torch.Tensor) or not node.args:
+        is_view = getattr(node.target, "is_view", False) or node.target in _UNANNOTATED_VIEWS
+        if not is_view or not isinstance(out, torch.Tensor) or not node.args:
             return False
         source = node.args[0]
         val = self.vals.get(source) if isinstance(source, torch.fx.Node) else None
@@ -226,6 +233,8 @@ class _Record:
         name = kernel_name(node.target)
         if name is None or len(seen) != 1 or seen[0][0] is not node.target:
             return None
+        if any(not isinstance(self.env[n], torch.Tensor) for n in node.all_input_nodes):
+            return None      # an int or float another node computes: the arena would bake this run's
         _, args, kwargs = seen[0]
         program = self.launcher.program_for(name, args, kwargs)
         if program is None or not self._one_device(program.device_index):
@@ -660,6 +669,8 @@ class LaunchList:
         try:
             if record.mixed_devices:
                 raise NotPlannable("its launches are on more than one device")
+            if record.changes_metadata:
+                raise NotPlannable(f"{record.changes_metadata} changes a tensor's layout in place")
             plan = _Plan(record, output_node)
         except NotPlannable as exc:
             self.why_eager[key] = str(exc)
