@@ -95,8 +95,8 @@ class PlatformDistribution(Distribution):
 # package runs their Python versions.  No -Werror here (another compiler or Python's headers
 # may warn); tests/test_compiled_helpers.py compiles them with -Wall -Wextra -Werror.
 _helpers = _load_by_path(ROOT / "fl_runtime" / "compiled.py")
-COMPILED_HELPERS = [Extension(name, [_helpers.source_of(name)], extra_compile_args=["-std=c11", "-O2"],
-                              optional=True) for name in _helpers.HELPERS]
+COMPILED_HELPERS = [Extension(name, [_helpers.source_of(name)], include_dirs=list(_helpers.INCLUDE_DIRS),
+                              extra_compile_args=["-std=c11", "-O2"], optional=True) for name in _helpers.HELPERS]
 
 # setuptools' egg_info writes the package metadata (entry points included) into a folder;
 # by default that is the checkout's root, which is on sys.path whenever Python runs there

@@ -50,7 +50,8 @@ def test_compiles_without_warnings(tmp_path, source):
     include = sysconfig.get_paths()["include"]
     for flags in (["-O0"], ["-O3"]):
         result = subprocess.run([compiler(), "-std=c11", *flags, "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
-                                 f"-I{include}", str(source), "-o", str(tmp_path / "helper.so")],
+                                 f"-I{include}", *(f"-I{ROOT / d}" for d in compiled.INCLUDE_DIRS), str(source),
+                                 "-o", str(tmp_path / "helper.so")],
                                 capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
 
@@ -58,10 +59,12 @@ def test_compiles_without_warnings(tmp_path, source):
 def test_the_install_built_every_helper(fl):
     from fl_runtime.devices import storage
     from fl_runtime.ops import fast_path, marshal
-    assert compiled.missing() == [] and len(SOURCES) == 2 and all(path.exists() for path in SOURCES)
+    assert compiled.missing() == [] and len(SOURCES) == 3 and all(path.exists() for path in SOURCES)
     assert storage.IMPLEMENTATION == "compiled"
     assert fast_path.positional_key is fast_path._native.call_key
     assert marshal._patch_tensors is not None
+    from fl_runtime.ops import launch_list
+    assert launch_list._run_launches is launch_list._native.run_launches
 
 
 def test_layout_agrees_with_the_pure_path(native):
@@ -315,3 +318,65 @@ def test_doctor_when_python_versions_are_asked_for(python):
     """, {"TORCH_FL_PURE_PYTHON": "1"})
     assert result.returncode == 0, result.stderr
     assert "CHECK ok | built; their Python versions run, as TORCH_FL_PURE_PYTHON asks" in result.stdout
+
+
+# ---- fl_runtime.ops._launch_list ------------------------------------------------------
+
+
+def _recorded_segment(fl):
+    """A replayed MLP's first launch segment, its launches replaced by one that records the
+    (base, byte offset) pairs it was given (no kernel runs on made-up addresses)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fl_runtime import abi
+    from fl_runtime.abi import ffi
+    from fl_runtime.ops import launch_list
+
+    def mlp(x, w, v):
+        return torch.relu(x @ w + 1)[1:] @ v.t()
+    inputs = [torch.randn(5, 4), torch.randn(4, 4), torch.randn(3, 4)]
+    runner = launch_list.LaunchList(make_fx(mlp)(*inputs), fl.runtime().launcher)
+    runner(*[t.to("fl:0") for t in inputs])
+    (plan,) = runner.plans()
+    seen = []
+
+    def launch(stream, entry, args, nargs):
+        for i in range(nargs):
+            if args[i].kind == abi.ARG_TENSOR:
+                t = args[i].value.tensor
+                seen.append((int(ffi.cast("uintptr_t", t.base)), int(t.byte_offset)))
+        return abi.SUCCESS
+    callback = ffi.callback(launch_list._LAUNCH_TYPE, launch)
+    for step in plan.launches:
+        step.program = type("Program", (), {"choice": type("Choice", (), {"entry": step.program.choice.entry,
+                                                                          "launch_fn": callback}),
+                                            "device": step.program.device})
+    segment = next(s for s in launch_list._segments(plan.order) if isinstance(s, launch_list.LaunchSegment))
+    return segment, seen, callback, plan
+
+
+def test_launch_segments_agree_with_the_python_loop(fl):
+    from array import array
+
+    from fl_runtime.ops import launch_list
+    segment, seen, _callback, plan = _recorded_segment(fl)
+    addresses = array("Q", [0x1000 * (i + 1) for i in range(2 * plan.addresses)])
+    results = []
+    for run in (launch_list._native.run_launches, launch_list._run_launches_in_python):
+        seen.clear()
+        assert run(segment.program, addresses, 0xABC000, 0) is None
+        results.append(list(seen))
+    assert results[0] == results[1] and len(results[0]) >= 2 * len(segment.launches)
+    bases = {base for base, _ in results[0]}
+    assert 0xABC000 in bases and bases & set(addresses[::2]), results[0]    # the workspace and the inputs
+
+
+def test_a_malformed_launch_program_is_refused(fl):
+    from array import array
+
+    from fl_runtime.ops import launch_list
+    segment, _seen, _callback, _plan = _recorded_segment(fl)
+    with pytest.raises(ValueError, match="malformed"):
+        launch_list._native.run_launches(segment.program, array("Q"), 0, 0)    # no address pairs at all
+    with pytest.raises(ValueError, match="malformed"):
+        launch_list._native.run_launches(segment.program[:-8], array("Q", [0] * 64), 0, 0)

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from fl_runtime import abi
-from fl_runtime.ops import accounting
+from fl_runtime.abi import ffi
+from fl_runtime.ops import accounting, launch_list
 from fl_runtime.errors import GraphReplayError
 from fl_runtime.ops.launch_list import LaunchList, LaunchStep
 
@@ -62,7 +63,7 @@ def test_an_mlp_replays_as_launches_and_matches_the_cpu(fl):
     runner = _launch_list(fl, _mlp, *_mlp_inputs(0))
     _check(runner, _mlp, _mlp_inputs)
     (plan,) = runner.plans()
-    kinds = [type(step).__name__ for step in plan.steps]
+    kinds = [type(step).__name__ for step in plan.order]
     assert kinds.count("LaunchStep") == 5 and "PythonStep" not in kinds, kinds   # t() is a view: no step
     assert plan.workspace > 0          # the addmm and gelu results live in the workspace
 
@@ -169,7 +170,7 @@ def test_a_graph_with_a_fallback_runs_it_as_a_python_step(fl):
     with pytest.warns(UserWarning, match="zeta"):
         _check(runner, fn, lambda call: [_randn(5, seed=call).abs()])
     (plan,) = runner.plans()
-    assert [type(s).__name__ for s in plan.steps] == ["LaunchStep", "LaunchStep", "PythonStep", "LaunchStep"]
+    assert [type(s).__name__ for s in plan.order] == ["LaunchStep", "LaunchStep", "PythonStep", "LaunchStep"]
 
 
 def test_a_hidden_kernel_or_a_profile_runs_the_graph_eagerly(fl):
@@ -213,17 +214,12 @@ def test_runs_leave_no_memory_behind_even_when_a_launch_fails(fl):
     del out
     assert torch.fl.memory_allocated() == baseline
     (plan,) = runner.plans()
-    step = next(s for s in plan.steps if isinstance(s, LaunchStep) and s.name == "gelu")
-    real_choice = step.program.choice
-
-    class Declining:            # the vendor declines the gelu launch it took when recorded
-        entry, dtypes, autocast = real_choice.entry, real_choice.dtypes, None
-
-        @staticmethod
-        def launch_fn(*args):
-            return abi.ERROR_NOT_SUPPORTED
-    step.program = type("P", (), {"choice": Declining, "device": step.program.device,
-                                  "count_key": step.program.count_key})
+    step = next(s for s in plan.order if isinstance(s, LaunchStep) and s.name == "gelu")
+    # the vendor declines the gelu launch it took when recorded: its launch_kernel, replaced
+    declining = ffi.callback(launch_list._LAUNCH_TYPE, lambda *args: abi.ERROR_NOT_SUPPORTED)
+    choice = type("Choice", (), {"entry": step.program.choice.entry, "launch_fn": declining})
+    step.program = type("Program", (), {"choice": choice, "device": step.program.device})
+    plan.steps = launch_list._segments(plan.order)
     plan.valid = lambda: True
     with pytest.raises(GraphReplayError, match="declined"):
         runner(*inputs)

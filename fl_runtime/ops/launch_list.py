@@ -33,13 +33,15 @@ from __future__ import annotations
 
 import operator
 import threading
+from array import array
 from dataclasses import dataclass, field
 
 import torch
 from torch.fx.node import map_arg
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fl_runtime import abi
+from fl_runtime import abi, compiled
+from fl_runtime.abi import ffi
 from fl_runtime.abi.convention import BASE_AND_OFFSET, Arena, ArenaFull
 from fl_runtime.devices.storage import wrap_block
 from fl_runtime.errors import GraphReplayError
@@ -53,7 +55,9 @@ _is_autocast_enabled = torch.is_autocast_enabled
 # Ops that return a view without saying so in their schema (no alias annotation): their
 # results share storage with the input, so a plan treats them as the views they are.
 _UNANNOTATED_VIEWS = frozenset({torch.ops.aten._unsafe_view.default})
-_pack = BASE_AND_OFFSET.pack_into
+_WORKSPACE = (1 << 64) - 1       # a patch's index for the workspace (_launch_list.c)
+_MASK = (1 << 64) - 1
+_LAUNCH_TYPE = "fl_status (*)(fl_stream, const fl_kernel_entry *, const fl_arg *, uint32_t)"
 
 
 @dataclass(eq=False)
@@ -328,6 +332,7 @@ class _Plan:
         self.input_count = 0
         self.input_addresses: list = []           # (input position, address index)
         self.addresses = 0                        # roots whose address a run computes
+        self.order: list = []
         self.steps: list = []
         self.count_keys: list = []
         self.workspace = 0
@@ -345,24 +350,30 @@ class _Plan:
             step.index = index
         self._give_slots(record, steps, need, output_node)
         self._give_addresses(record, steps)
-        self.steps = steps
-        self.count_keys = [step.program.count_key for step in steps if isinstance(step, LaunchStep)]
         self._drop_after_last_use(steps)
+        self.launches = [step for step in steps if isinstance(step, LaunchStep)]
+        self.count_keys = [step.program.count_key for step in self.launches]
+        self._device = self.launches[0].program.device if self.launches else None
+        self._names = [step.name for step in self.launches]
+        self._choices = [step.program.choice for step in self.launches]
+        self.no_addresses = bytes(16 * self.addresses)
+        self.order = steps                        # launches and Python steps, in graph order
+        self.steps = _segments(steps)             # what a run executes
         self._check(record, output_node)
 
     def _check(self, record: _Record, output_node) -> None:
         """Refuse (NotPlannable) a plan a run could not follow: a Python step or output
         reading a value that has no tensor, or a recorded tensor a run would hand out that
         shares storage with the workspace (it would be overwritten by later runs)."""
-        for step in self.steps:
+        for step in self.order:
             if isinstance(step, PythonStep) and any(n not in self.slot_of for n in step.node.all_input_nodes):
                 raise NotPlannable(f"{step.node.format_node()} reads a value no tensor holds")
         if any(n not in self.slot_of for n in output_node.all_input_nodes):
             raise NotPlannable("an output of the graph is a value no tensor holds")
         workspace = {step_root.record.untyped_storage().data_ptr()
-                     for step in self.steps if isinstance(step, LaunchStep)
+                     for step in self.order if isinstance(step, LaunchStep)
                      for step_root, _, _ in step.fresh if step_root.in_workspace}
-        handed = [record.env[step.node] for step in self.steps if isinstance(step, PythonStep)]
+        handed = [record.env[step.node] for step in self.order if isinstance(step, PythonStep)]
         handed += [record.env[n] for n in output_node.all_input_nodes]
         for value in _flat(handed):
             if isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() in workspace:
@@ -457,19 +468,17 @@ class _Plan:
 
     # ---- running ---------------------------------------------------------------------------
     def valid(self) -> bool:
-        """Whether every launch's kernel is still the device's (tests hide kernels to force fallbacks)."""
-        for step in self.steps:
-            if step.__class__ is LaunchStep and step.program.device.kernels.get(step.name) is not step.program.choice:
-                return False
-        return True
+        """Whether every launch's kernel is still the device's (tests hide kernels to force
+        fallbacks): one list comparison, by identity, of the table's entries now and then."""
+        return not self.launches or list(map(self._device.kernels.get, self._names)) == self._choices
 
     def run(self, inputs: tuple, rt):
         self.runs += 1
         real = self.prefill.copy()
         real[:self.input_count] = inputs
-        addresses = [None] * self.addresses
+        addresses = array("Q", self.no_addresses)      # (base, byte offset) per addressed root
         for position, index in self.input_addresses:
-            addresses[index] = _address(inputs[position] if position >= 0 else real[-1 - position])
+            _set_address(addresses, index, inputs[position] if position >= 0 else real[-1 - position])
         device_index = self.device_index
         streams = rt.streams
         stream = streams.current(device_index) if streams.any_current else streams.default[device_index]
@@ -489,28 +498,21 @@ class _Plan:
         outputs = [real[slot] for slot in self.output_slots]
         return tuple(outputs) if self.output_type is tuple else outputs
 
-    def _steps(self, real: list, addresses: list, workspace: int, stream, allocator) -> None:
-        handle = stream.handle
+    def _steps(self, real: list, addresses: array, workspace: int, stream, allocator) -> None:
+        handle = int(ffi.cast("uintptr_t", stream.handle))
         device_index = self.device_index
         slot_of = self.slot_of
         for step in self.steps:
-            if step.__class__ is LaunchStep:
+            if step.__class__ is LaunchSegment:
                 for spec, slot, index in step.allocations:
                     block = allocator.allocate_rounded(spec.size, stream)
                     real[slot] = wrap_block(block, allocator.release, device_index, spec.shape, spec.stride,
                                             spec.dtype)
-                    addresses[index] = (block.ptr, 0)
-                mem = step.arena.mem
-                for at, index, offset in step.patches:
-                    if index < 0:
-                        _pack(mem, at, workspace, offset)
-                    else:
-                        base, start = addresses[index]
-                        _pack(mem, at, base, start + offset)
-                choice = step.program.choice
-                status = choice.launch_fn(handle, choice.entry, step.arena.args, step.count)
-                if status != abi.SUCCESS:
-                    _failed_launch(step, status)
+                    addresses[2 * index] = block.ptr
+                    addresses[2 * index + 1] = 0
+                failed = _run_launches(step.program, addresses, workspace, handle)
+                if failed is not None:
+                    _failed_launch(step.launches[failed[0]], failed[1])
             else:
                 node = step.node
                 args, kwargs = map_arg((node.args, node.kwargs), lambda n: real[slot_of[n]])
@@ -520,9 +522,80 @@ class _Plan:
                         raise GraphReplayError(f"graph node {node.format_node()} returned a tensor of layout "
                                                f"{_layout_key(out)}, recorded as {step.val.shape_key}; the "
                                                "graph runs eagerly from its next call")
-                    addresses[step.address] = _address(out)
+                    _set_address(addresses, step.address, out)
             for slot in step.drop:
                 real[slot] = None
+
+
+@dataclass(eq=False)
+class LaunchSegment:
+    """Consecutive launches, run by one run_launches call: `program` is their words (the
+    layout _launch_list.c documents); the escaping outputs are allocated before it."""
+    launches: list
+    program: bytes = b""
+    allocations: tuple = ()
+    drop: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        words = array("Q")
+        for step in self.launches:
+            choice = step.program.choice
+            words.extend((int(ffi.cast("uintptr_t", choice.launch_fn)), int(ffi.cast("uintptr_t", choice.entry)),
+                          step.arena.address, step.count, len(step.patches)))
+            for at, index, offset in step.patches:
+                words.extend((step.arena.address + at, _WORKSPACE if index < 0 else index, offset & _MASK))
+        self.program = words.tobytes()
+        self.allocations = tuple(a for step in self.launches for a in step.allocations)
+        self.drop = [slot for step in self.launches for slot in step.drop]
+
+
+def _set_address(addresses: array, index: int, t: torch.Tensor) -> None:
+    addresses[2 * index], addresses[2 * index + 1] = _address(t)
+
+
+def _run_launches_in_python(program: bytes, addresses: array, workspace: int, stream: int):
+    """_launch_list.run_launches, in Python (the helper not built, or TORCH_FL_PURE_PYTHON=1)."""
+    words = memoryview(program).cast("Q")
+    at = position = 0
+    while at < len(words):
+        launch, entry, args, count, patches = words[at:at + 5]
+        at += 5
+        for _ in range(patches):
+            site, index, offset = words[at:at + 3]
+            at += 3
+            if index == _WORKSPACE:
+                pair = (workspace, offset)
+            else:
+                pair = (addresses[2 * index], (addresses[2 * index + 1] + offset) & _MASK)
+            BASE_AND_OFFSET.pack_into(ffi.buffer(ffi.cast("char *", site), 16), 0, *pair)
+        launch_kernel = ffi.cast(_LAUNCH_TYPE, launch)
+        status = launch_kernel(ffi.cast("fl_stream", stream), ffi.cast("const fl_kernel_entry *", entry),
+                               ffi.cast("const fl_arg *", args), count)
+        if status != abi.SUCCESS:
+            return position, status
+        position += 1
+    return None
+
+
+_native = compiled.load("fl_runtime.ops._launch_list")
+_run_launches = _native.run_launches if _native is not None else _run_launches_in_python
+
+
+def _segments(steps: list) -> list:
+    """Python steps as they are; each run of consecutive launches as one LaunchSegment."""
+    out: list = []
+    run: list = []
+    for step in steps:
+        if isinstance(step, LaunchStep):
+            run.append(step)
+            continue
+        if run:
+            out.append(LaunchSegment(run))
+            run = []
+        out.append(step)
+    if run:
+        out.append(LaunchSegment(run))
+    return out
 
 
 def _failed_launch(step: LaunchStep, status: int) -> None:
@@ -650,8 +723,8 @@ class LaunchList:
         it ran eagerly and why a signature has no plan (README "Graph path")."""
         plans = self.plans()
         return {"nodes": len(self.gm.graph.nodes),
-                "plans": [{"launches": sum(isinstance(s, LaunchStep) for s in plan.steps),
-                           "python_steps": sum(isinstance(s, PythonStep) for s in plan.steps),
+                "plans": [{"launches": len(plan.launches),
+                           "python_steps": sum(isinstance(s, PythonStep) for s in plan.order),
                            "workspace_bytes": plan.workspace, "replays": plan.runs} for plan in plans],
                 "eager_runs": getattr(self._local, "eager_runs", 0), "eager_only": self.eager_only,
                 "why_no_plan": sorted(set(self.why_eager.values()))}
