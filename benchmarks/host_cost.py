@@ -6,7 +6,8 @@ One process loads two plugins: the reference vendor and the null plugin (the
 same sources with launches that return at once: benchmarks/null_plugin.py,
 built here with fl-sdk).  For each mix (the README CNN's training step, a tiny
 GPT-2 training step with AdamW, a tiny Llama greedy decode loop with its KV cache, the tiny-op set
-of bench.py) it measures, alternating rounds and keeping each one's best:
+of bench.py; a static-cache Llama decode and a chain of tiny ops) it measures, alternating rounds and
+keeping each one's best:
 
 - native PyTorch CPU: the whole cost of the mix (host and kernels);
 - fl on the null plugin: the runtime's host cost, untimed, and in a separate
@@ -17,7 +18,9 @@ of bench.py) it measures, alternating rounds and keeping each one's best:
   launcher's full path on every call; untimed, a repeated call signature runs
   its recorded program (fl_runtime/ops/fast_path.py), so the phases say where a
   signature's first call goes, and the untimed column what a steady loop costs;
-- fl on the reference vendor: the end-to-end figure the targets name.
+- fl on the reference vendor: the end-to-end figure the targets name;
+- for the mixes in GRAPH_MIXES, the same on the graph path: the model's forward (and the
+  loss) compiled with torch.compile(backend="fl") (README "Graph path"), the optimizer eager.
 
 Per-op figures divide a step's time by the aten ops one step dispatches on the
 CPU (counted once with a TorchDispatchMode), the same denominator for every
@@ -80,7 +83,13 @@ def import_cost(runs: int = 3) -> dict:
 # Each builder takes a device string and returns a callable running one iteration
 # (asynchronously on fl: the caller synchronizes).
 
-def cnn_mix(device: str):
+def _graph(fn, graph: bool):
+    """fn, or fn compiled for the graph path (torch.compile(backend="fl"); README "Graph path")."""
+    import torch
+    return torch.compile(fn, backend="fl") if graph else fn
+
+
+def cnn_mix(device: str, graph: bool = False):
     import torch
     from train_cnn import build_model
     from synthetic_digits import make_digits
@@ -89,15 +98,16 @@ def cnn_mix(device: str):
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     images, labels = make_digits(64)
     x, y = images.to(device), labels.to(device)
+    loss = _graph(lambda: torch.nn.functional.cross_entropy(model(x), y), graph)
 
     def step():
         optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
+        loss().backward()
         optimizer.step()
     return step
 
 
-def gpt2_mix(device: str):
+def gpt2_mix(device: str, graph: bool = False):
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
@@ -106,18 +116,17 @@ def gpt2_mix(device: str):
     model = GPT2LMHeadModel(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ids = torch.randint(0, 1024, (4, 64), generator=torch.Generator().manual_seed(1)).to(device)
+    loss = _graph(lambda: model(input_ids=ids, labels=ids).loss, graph)
 
     def step():
         optimizer.zero_grad()
-        model(input_ids=ids, labels=ids).loss.backward()
+        loss().backward()
         optimizer.step()
     return step
 
 
-def llama_generate_mix(device: str):
-    """Greedy decoding with the KV cache, 16 tokens, written as the loop `generate` runs but
-    without its data-dependent checks (attention-mask `.all()`, stopping criteria): on the
-    null plugin those read arbitrary bytes and would change the path the model takes."""
+def _tiny_llama(device: str):
+    """(config, model in eval mode, an 8-token prompt) of the Llama mixes."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
@@ -126,6 +135,15 @@ def llama_generate_mix(device: str):
                          pad_token_id=0, eos_token_id=1, bos_token_id=2)
     model = LlamaForCausalLM(config).to(device).eval()
     prompt = torch.randint(3, 1024, (1, 8), generator=torch.Generator().manual_seed(1)).to(device)
+    return config, model, prompt
+
+
+def llama_generate_mix(device: str):
+    """Greedy decoding with the KV cache, 16 tokens, written as the loop `generate` runs but
+    without its data-dependent checks (attention-mask `.all()`, stopping criteria): on the
+    null plugin those read arbitrary bytes and would change the path the model takes."""
+    import torch
+    _, model, prompt = _tiny_llama(device)
 
     def step():
         with torch.no_grad():
@@ -134,6 +152,42 @@ def llama_generate_mix(device: str):
                 token = out.logits[:, -1:].argmax(-1)
                 out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
     return step
+
+
+def llama_static_decode_mix(device: str, graph: bool = False):
+    """Greedy decoding of 16 tokens with transformers' StaticCache: every decode step has the
+    same shapes, so the decode call compiles to one graph (the dynamic cache above grows each
+    step: a graph per length).  The prompt's prefill runs eagerly in every column."""
+    import torch
+    from transformers import StaticCache
+    config, model, prompt = _tiny_llama(device)
+    cache = StaticCache(config=config, max_batch_size=1, max_cache_len=32, device=device, dtype=torch.float32)
+    positions = [torch.tensor([i], device=device) for i in range(8, 24)]
+    prefill_positions = torch.arange(8, device=device)
+    decode = _graph(model, graph)
+
+    def step():
+        cache.reset()
+        with torch.no_grad():
+            out = model(input_ids=prompt, past_key_values=cache, use_cache=True, cache_position=prefill_positions)
+            for position in positions:
+                token = out.logits[:, -1:].argmax(-1)
+                out = decode(input_ids=token, past_key_values=cache, use_cache=True, cache_position=position)
+    return step
+
+
+def tiny_chain_mix(device: str, graph: bool = False):
+    """bench.py's tiny ops as a chain, each result feeding the next (a graph drops results
+    nobody reads, so the tiny-op set itself cannot be compiled as it runs eagerly)."""
+    import torch
+    a, b = torch.ones(TINY_SHAPE).to(device), torch.ones(TINY_SHAPE).to(device)
+
+    def chain(x, b):
+        for _ in range(50):
+            x = (torch.relu(x + b) @ b).sum(0, keepdim=True) * 0.01 + x
+        return x.view(16)
+    run = _graph(chain, graph)
+    return lambda: run(a, b)
 
 
 def tiny_ops(device: str):
@@ -156,7 +210,10 @@ def tiny_mix(device: str):
 
 
 MIXES = {"CNN train step": (cnn_mix, 5), "GPT-2 train step": (gpt2_mix, 5),
-         "Llama greedy decode (16 tokens)": (llama_generate_mix, 2), "tiny ops (x50)": (tiny_mix, 20)}
+         "Llama greedy decode (16 tokens)": (llama_generate_mix, 2), "tiny ops (x50)": (tiny_mix, 20),
+         "Llama decode, static cache": (llama_static_decode_mix, 2), "tiny op chain (x50)": (tiny_chain_mix, 20)}
+# The mixes whose builders take graph=True: measured also on the graph path (README "Graph path").
+GRAPH_MIXES = {"CNN train step", "GPT-2 train step", "Llama decode, static cache", "tiny op chain (x50)"}
 
 
 # ---- measuring -----------------------------------------------------------------------------
@@ -220,6 +277,9 @@ def _best(a: dict | None, b: dict) -> dict:
 def measure_mix(name: str, builder, iterations: int, rounds: int, null_dev: str, ref_dev: str, sync) -> dict:
     steps = {"native": builder("cpu"), "null": builder(null_dev), "ref": builder(ref_dev)}
     syncs = {"native": lambda: None, "null": lambda: sync(null_dev), "ref": lambda: sync(ref_dev)}
+    if name in GRAPH_MIXES:
+        steps.update(null_graph=builder(null_dev, graph=True), ref_graph=builder(ref_dev, graph=True))
+        syncs.update(null_graph=syncs["null"], ref_graph=syncs["ref"])
     ops = count_ops(steps["native"])
     best: dict = {k: None for k in steps}
     best_timed = None
@@ -241,6 +301,10 @@ def measure_mix(name: str, builder, iterations: int, rounds: int, null_dev: str,
     row["null_over_native"] = best["null"]["thread"] / best["native"]["thread"]
     row["ref_over_native_wall"] = best["ref"]["wall"] / best["native"]["wall"]
     row["ref_over_native_process_cpu"] = best["ref"]["process"] / best["native"]["process"]
+    if "null_graph" in best:
+        row["graph_null_us_per_op"] = best["null_graph"]["thread"] * us
+        row["graph_null_over_native"] = best["null_graph"]["thread"] / best["native"]["thread"]
+        row["graph_ref_over_native_wall"] = best["ref_graph"]["wall"] / best["native"]["wall"]
     return row
 
 
@@ -290,9 +354,14 @@ def plot(rows: list[dict], path: Path) -> None:
     steady = [r["null_us_per_op"] for r in rows]
     ax.scatter(names, steady, marker="D", s=60, color="crimson", zorder=4,
                label="fl, steady state (replayed programs), whole cost")
+    graph = [(i, r["graph_null_us_per_op"]) for i, r in enumerate(rows) if "graph_null_us_per_op" in r]
+    if graph:
+        ax.scatter([names[i] for i, _ in graph], [v for _, v in graph], marker="*", s=140, color="gold",
+                   edgecolors="black", zorder=5, label="fl, graph path (torch.compile backend=\"fl\"), whole cost")
     ax.set_ylim(0, top)
     ax.set_ylabel("host µs per aten op (thread CPU time)")
-    ax.set_title("Torch-FL host cost per op on the null plugin: full path by phase, and steady state")
+    ax.set_title("Torch-FL host cost per op on the null plugin: full path by phase, steady state, graph path",
+                 fontsize=10)
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -350,6 +419,13 @@ def main() -> None:
     for r in rows:
         print(f"{r['mix']:28s} {r['aten_ops_per_iter']:6d} {r['native_us_per_op']:7.2f} {r['null_us_per_op']:7.2f} "
               f"{r['null_over_native']:6.2f}")
+    graphs = [r for r in rows if "graph_null_us_per_op" in r]
+    if graphs:
+        print(f"\n{'graph path (backend=fl)':28s} {'native':>7s} {'null':>7s} {'ratio':>6s} {'ref/native wall':>16s}"
+              "   (thread-CPU us per aten op of the eager mix)")
+        for r in graphs:
+            print(f"{r['mix']:28s} {r['native_us_per_op']:7.2f} {r['graph_null_us_per_op']:7.2f} "
+                  f"{r['graph_null_over_native']:6.2f} {r['graph_ref_over_native_wall']:15.2f}x")
     print(f"\nnull plugin, timed full path (no programs), thread-CPU us per aten op: {'  '.join(p for p in parts)}")
     for r in rows:
         print(f"{r['mix']:28s} " + " ".join(f"{r['phases_us_per_op'][p]:6.2f}" for p in parts)

@@ -330,7 +330,7 @@ def _recorded_segment(fl):
 
     from fl_runtime import abi
     from fl_runtime.abi import ffi
-    from fl_runtime.ops import launch_list
+    from fl_runtime.ops import graph_plan, launch_list
 
     def mlp(x, w, v):
         return torch.relu(x @ w + 1)[1:] @ v.t()
@@ -346,12 +346,12 @@ def _recorded_segment(fl):
                 t = args[i].value.tensor
                 seen.append((int(ffi.cast("uintptr_t", t.base)), int(t.byte_offset)))
         return abi.SUCCESS
-    callback = ffi.callback(launch_list._LAUNCH_TYPE, launch)
+    callback = ffi.callback(launch_list.LAUNCH_TYPE, launch)
     for step in plan.launches:
         step.program = type("Program", (), {"choice": type("Choice", (), {"entry": step.program.choice.entry,
                                                                           "launch_fn": callback}),
                                             "device": step.program.device})
-    segment = next(s for s in launch_list._segments(plan.order) if isinstance(s, launch_list.LaunchSegment))
+    segment = next(s for s in graph_plan.segments(plan.order) if isinstance(s, graph_plan.LaunchSegment))
     return segment, seen, callback, plan
 
 

@@ -20,9 +20,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from fl_runtime import abi
 from fl_runtime.abi import ffi
-from fl_runtime.ops import accounting, launch_list
+from fl_runtime.ops import accounting, graph_plan, launch_list
 from fl_runtime.errors import GraphReplayError
-from fl_runtime.ops.launch_list import LaunchList, LaunchStep
+from fl_runtime.ops.graph_record import LaunchStep
+from fl_runtime.ops.launch_list import LaunchList
 
 FP32 = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -216,10 +217,10 @@ def test_runs_leave_no_memory_behind_even_when_a_launch_fails(fl):
     (plan,) = runner.plans()
     step = next(s for s in plan.order if isinstance(s, LaunchStep) and s.name == "gelu")
     # the vendor declines the gelu launch it took when recorded: its launch_kernel, replaced
-    declining = ffi.callback(launch_list._LAUNCH_TYPE, lambda *args: abi.ERROR_NOT_SUPPORTED)
+    declining = ffi.callback(launch_list.LAUNCH_TYPE, lambda *args: abi.ERROR_NOT_SUPPORTED)
     choice = type("Choice", (), {"entry": step.program.choice.entry, "launch_fn": declining})
     step.program = type("Program", (), {"choice": choice, "device": step.program.device})
-    plan.steps = launch_list._segments(plan.order)
+    plan.steps = graph_plan.segments(plan.order)
     plan.valid = lambda: True
     with pytest.raises(GraphReplayError, match="declined"):
         runner(*inputs)
