@@ -331,6 +331,17 @@ def test_a_number_another_node_computes_is_never_baked_into_a_launch(fl):
         torch.testing.assert_close(got[1].cpu(), torch.relu(x) + 1, **FP32)
 
 
+def test_a_graph_without_vendor_launches_runs_eagerly(fl):
+    def fn(x):
+        return torch.relu(x) * 2
+    runner = _launch_list(fl, fn, torch.zeros(4))
+    for call in range(2):            # CPU tensors: nothing for the graph path to replay
+        x = _randn(4, seed=call)
+        torch.testing.assert_close(runner(x), torch.relu(x) * 2)
+    assert not runner.plans() and runner.summary()["why_no_plan"] == ["it launches no vendor kernel (nothing "
+                                                                       "to replay)"]
+
+
 def test_a_layout_changed_in_place_keeps_the_graph_eager(fl):
     def fn(x):
         y = x + 1

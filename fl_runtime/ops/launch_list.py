@@ -118,6 +118,8 @@ class LaunchList:
         outputs = record.run(list(inputs))
         output_node = next(n for n in reversed(self.gm.graph.nodes) if n.op == "output")
         try:
+            if record.device_index is None:
+                raise NotPlannable("it launches no vendor kernel (nothing to replay)")
             if record.mixed_devices:
                 raise NotPlannable("its launches are on more than one device")
             if record.changes_metadata:
