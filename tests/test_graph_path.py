@@ -350,3 +350,26 @@ def test_a_layout_changed_in_place_keeps_the_graph_eager(fl):
     runner = _launch_list(fl, fn, torch.zeros(2, 3))
     _check(runner, fn, lambda call: [_randn(2, 3, seed=call)])
     assert not runner.plans() and "transpose_" in runner.summary()["why_no_plan"][0]
+
+
+def test_out_of_memory_mid_graph_frees_what_the_run_made(fl):
+    def fn(x):
+        return x * 2, x + 1             # two outputs of 1 MiB: the second cannot fit
+    runner = _launch_list(fl, fn, torch.zeros(1 << 18))
+    x = _randn(1 << 18, seed=0).to("fl:1")
+    for _ in range(2):                   # record, then a replay
+        runner(x)
+    torch.fl.synchronize(1)
+    torch.fl.empty_cache()
+    baseline = torch.fl.memory_allocated(1)
+    total = torch.fl.get_device_properties(1).total_memory
+    torch.fl.set_per_process_memory_fraction((torch.fl.memory_reserved(1) + (3 << 19)) / total, 1)
+    try:
+        with pytest.raises(torch.OutOfMemoryError):
+            runner(x)
+        assert torch.fl.memory_allocated(1) == baseline
+    finally:
+        torch.fl.set_per_process_memory_fraction(1.0, 1)
+    doubled, plus_one = runner(x)        # the plan is intact
+    torch.testing.assert_close(doubled.cpu(), x.cpu() * 2)
+    torch.testing.assert_close(plus_one.cpu(), x.cpu() + 1)
