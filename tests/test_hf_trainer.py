@@ -47,6 +47,10 @@ args = TrainingArguments(output_dir=os.environ["OUT_DIR"], per_device_train_batc
                          learning_rate=1e-2, logging_steps=1, save_strategy="no", report_to=[], seed=0,
                          disable_tqdm=True, use_cpu=DEVICE == "cpu" or world > 1,
                          ddp_find_unused_parameters=False)
+if "TRAIN_COMPILE" in os.environ:
+    # The graph path (README "Graph path"), compiled in place: TrainingArguments'
+    # torch_compile_backend goes through accelerate's fixed list of backend names.
+    model.compile(backend=os.environ["TRAIN_COMPILE"])
 trainer = Trainer(model=model, args=args, train_dataset=data)
 trainer.train()
 weights = torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
@@ -55,11 +59,14 @@ torch.save(weights, os.path.join(os.environ["OUT_DIR"], f"weights{args.process_i
 with open(os.path.join(os.environ["OUT_DIR"], f"result{args.process_index}.json"), "w") as f:
     json.dump({"rank": args.process_index, "world": args.world_size, "parallel": str(args.parallel_mode),
                "device": str(next(model.parameters()).device), "args_device": str(args.device),
-               "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h]}, f)
+               "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+               "graph_replays": sum(plan["replays"] for graph in torch_fl.graph_summary()
+                                    for plan in graph["plans"]) if DEVICE == "fl" else 0}, f)
 '''
 
 
-def _run(tmp_path, name: str, device: str, ranks: int) -> tuple[list[dict], list[torch.Tensor]]:
+def _run(tmp_path, name: str, device: str, ranks: int, extra_env: dict | None = None
+         ) -> tuple[list[dict], list[torch.Tensor]]:
     out = tmp_path / name
     out.mkdir()
     script = tmp_path / "train.py"
@@ -68,7 +75,7 @@ def _run(tmp_path, name: str, device: str, ranks: int) -> tuple[list[dict], list
     if ranks > 1:
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
                    "--master-port", str(free_port()), str(script)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAIN_DEVICE": device, "OUT_DIR": str(out)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAIN_DEVICE": device, "OUT_DIR": str(out), **(extra_env or {})}
     proc = subprocess.run(command, check=False, capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert proc.returncode == 0, f"{name}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     written = sorted(out.glob("result*.json"))
@@ -89,6 +96,16 @@ def test_trainer_on_one_fl_device_matches_cpu(tmp_path, cpu_reference):
     results, got = _run(tmp_path, "fl1", "fl", 1)
     assert results[0]["device"] == "fl:0" and results[0]["args_device"] == "fl:0", results
     assert results[0]["parallel"] == "ParallelMode.NOT_PARALLEL"
+    assert results[0]["losses"] == pytest.approx(losses, abs=2e-4)
+    torch.testing.assert_close(got[0], weights, rtol=0, atol=1e-4)
+
+
+def test_trainer_compiling_with_backend_fl_matches_cpu(tmp_path, cpu_reference):
+    """model.compile(backend="fl") before the Trainer: the graph path under the Trainer's
+    loop; steps 2 and 3 replay the forward and backward."""
+    losses, weights = cpu_reference
+    results, got = _run(tmp_path, "fl_compiled", "fl", 1, {"TRAIN_COMPILE": "fl"})
+    assert results[0]["device"] == "fl:0" and results[0]["graph_replays"] >= 4, results
     assert results[0]["losses"] == pytest.approx(losses, abs=2e-4)
     torch.testing.assert_close(got[0], weights, rtol=0, atol=1e-4)
 
