@@ -140,6 +140,9 @@ PRIVATE_APIS: dict[str, str] = {
     "torch._dynamo.device_interface.DeviceInterface": "dynamo's device interface for fl (torch.compile)",
     "torch._dynamo.device_interface.register_interface_for_device": "registers it",
     "torch._inductor.compile_fx": "imported when Inductor first compiles: fl's backend registers then",
+    "torch._dynamo.backends.registry.register_backend": "backend=\"fl\" (the graph path), registered once "
+                                                        "dynamo's backend registry is imported",
+    "torch._dynamo.backends.common.aot_autograd": "the graph path's forward and backward ATen graphs",
     "torch._inductor.config.fallback_by_default": "fl graphs lower every node to an ATen call",
     "torch._inductor.codegen.common.register_backend_for_device": "Inductor's backend for fl",
     "torch._inductor.codegen.common.register_device_op_overrides": "device calls in fl wrapper code",

@@ -74,7 +74,7 @@ def _symbolic(example_inputs: list) -> bool:
 
 
 def register() -> None:
-    """Make backend="fl" known to dynamo (called right after its registry is imported)."""
-    from torch._dynamo.backends import registry
-    if BACKEND_NAME not in registry._COMPILER_FNS:
-        registry.register_backend(fl_backend, name=BACKEND_NAME)
+    """Make backend="fl" known to dynamo (called once, right after its registry is imported;
+    a name another package took already is reported by torch_compile.py's guard)."""
+    from torch._dynamo.backends.registry import register_backend
+    register_backend(fl_backend, name=BACKEND_NAME)
