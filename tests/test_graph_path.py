@@ -11,6 +11,7 @@ for a few steps, checked against the same training in eager mode.
 from __future__ import annotations
 
 import threading
+import warnings
 
 import pytest
 import torch
@@ -168,8 +169,11 @@ def test_a_graph_with_a_fallback_runs_it_as_a_python_step(fl):
     def fn(x):
         return torch.special.zeta(x + 2, x + 3) * 2      # no reference kernel: the CPU fallback
     runner = _launch_list(fl, fn, torch.zeros(5))
-    with pytest.warns(UserWarning, match="zeta"):
+    before = accounting.counts()[("aten::special_zeta.out", "cpu")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # the fallback's "no kernel" warning
         _check(runner, fn, lambda call: [_randn(5, seed=call).abs()])
+    assert accounting.counts()[("aten::special_zeta.out", "cpu")] == before + 3     # every call, replays too
     (plan,) = runner.plans()
     assert [type(s).__name__ for s in plan.order] == ["LaunchStep", "LaunchStep", "PythonStep", "LaunchStep"]
 
@@ -373,3 +377,19 @@ def test_out_of_memory_mid_graph_frees_what_the_run_made(fl):
     doubled, plus_one = runner(x)        # the plan is intact
     torch.testing.assert_close(doubled.cpu(), x.cpu() * 2)
     torch.testing.assert_close(plus_one.cpu(), x.cpu() + 1)
+
+
+def test_a_python_result_read_only_through_a_view_lives_until_that_launch(fl):
+    """zeta has no reference kernel (a Python step); its result is read only through a
+    transpose (a view: address arithmetic), so the launch after it reads the Python
+    step's memory through its address: that tensor must outlive the launch."""
+    def fn(x, w):
+        y = torch.special.zeta(x + 2, x + 3)
+        u = torch.special.zeta(x + 4, x + 5)
+        z = x * 5                         # allocated after the Python steps: would take y's block
+        return z, u, y.t() @ w
+    inputs = lambda call: [_randn(4, 4, seed=call).abs(), _randn(4, 4, seed=10 + call)]    # noqa: E731
+    runner = _launch_list(fl, fn, *inputs(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # the fallback's "no kernel" warning
+        _check(runner, fn, inputs, calls=4)

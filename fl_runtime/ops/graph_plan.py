@@ -101,6 +101,8 @@ class Plan:
                 step.slot = self.slot_of[step.node] = self._slot()
                 if step.val is not None:
                     step.val.slot = step.slot
+                    if step.makes_root:      # its tensor holds the storage launches address
+                        step.val.root.slot = step.slot
             else:
                 for root, val, _ in step.fresh:
                     if val in need:
