@@ -331,8 +331,9 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
     from fl_runtime.ops.accounting import PHASE_NAMES
     parts = [*PHASE_NAMES, "outside launcher"]
-    fig, ax = plt.subplots(figsize=(9, 4.8))
-    names = [r["mix"] for r in rows]
+    import textwrap
+    fig, ax = plt.subplots(figsize=(12, 5.2))
+    names = [textwrap.fill(r["mix"], 16) for r in rows]
     bottom = [0.0] * len(rows)
     colors = plt.get_cmap("tab10").colors
     for i, part in enumerate(parts):
@@ -362,7 +363,7 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.set_ylabel("host µs per aten op (thread CPU time)")
     ax.set_title("Torch-FL host cost per op on the null plugin: full path by phase, steady state, graph path",
                  fontsize=10)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
