@@ -163,7 +163,8 @@ def test_embedding_bag_max_mode_declines():
 def test_every_extra_decomposition_is_tested():
     assert set(extra.EXTRA_DECOMPOSITIONS) == {
         aten.arange.start_out, aten.cumsum.default, aten._transformer_encoder_layer_fwd.default,
-        aten._embedding_bag.default, aten._embedding_bag_forward_only.default, aten._embedding_bag_backward.default}
+        aten._embedding_bag.default, aten._embedding_bag_forward_only.default, aten._embedding_bag_backward.default,
+        aten.index_copy_.default, aten.index_copy.default, aten.index_copy.out}
 
 
 def test_arange_under_a_default_fl_device_stays_on_the_vendor_path(fl):
@@ -175,3 +176,47 @@ def test_arange_under_a_default_fl_device_stays_on_the_vendor_path(fl):
     assert got.device.type == "fl"
     assert torch.equal(got.cpu(), torch.arange(0.5, 7.0, 0.25))
     assert _paths(fl, "aten::arange.start_out") == {"generic": 1}, fl.op_stats.snapshot()
+
+
+@pytest.mark.parametrize("shape,dim,index", [((1, 2, 8, 4), 2, [5]), ((6, 3), 0, [4, 0, 2]), ((6, 3), -1, [2, 1]),
+                                             ((5,), 0, [3]), ((4, 5), 1, 3)])
+def test_index_copy_matches_the_cpu(fl, shape, dim, index):
+    """StaticCache's key/value write: index_copy_ (eager) and index_copy (compiled graphs),
+    one scatter_ on fl; the decomposition itself against ATen on CPU tensors too."""
+    torch.manual_seed(0)
+    self = torch.randn(shape)
+    index = torch.tensor(index)
+    source_shape = list(shape)
+    source_shape[dim] = index.numel()
+    source = torch.randn(source_shape)
+    want = self.index_copy(dim, index, source)
+    torch.testing.assert_close(extra.index_copy(self, dim, index, source), want, rtol=0, atol=0)
+    on_fl = [t.to("fl:0") for t in (self, index, source)]
+    fl.op_stats.reset()
+    torch.testing.assert_close(on_fl[0].index_copy(dim, on_fl[1], on_fl[2]).cpu(), want, rtol=0, atol=0)
+    in_place = on_fl[0].clone()
+    in_place.index_copy_(dim, on_fl[1], on_fl[2])
+    torch.testing.assert_close(in_place.cpu(), want, rtol=0, atol=0)
+    assert fl.op_stats.snapshot().get("aten::scatter_.src") == {"native": 2}
+
+
+@pytest.mark.parametrize("bad", [[9], [-1]])
+def test_index_copy_refuses_indices_the_cpu_refuses(fl, bad):
+    """ATen refuses a negative or out-of-range index; PyTorch's own decomposition (through
+    index_put) wrapped -1 to the last row, a silent write where the CPU raises.  The
+    vendor's scatter fails the launch instead: the error surfaces by the next synchronize,
+    as a device-side error does on CUDA."""
+    self, source = torch.zeros(5, 2), torch.ones(1, 2)
+    with pytest.raises(IndexError):
+        self.index_copy(0, torch.tensor(bad), source)
+    on_fl = self.to("fl:0")
+    with pytest.raises(fl.VendorError, match="out of bounds"):
+        on_fl.index_copy_(0, torch.tensor(bad).to("fl:0"), source.to("fl:0"))
+        torch.fl.synchronize()
+    torch.testing.assert_close(on_fl.cpu(), self)
+
+
+def test_index_copy_shapes_aten_refuses_keep_atens_error(fl):
+    self, source = torch.zeros(5, 2, device="fl:0"), torch.ones(2, 2, device="fl:0")
+    with pytest.raises(IndexError, match="Number of indices"):
+        self.index_copy(0, torch.tensor([1], device="fl:0"), source)

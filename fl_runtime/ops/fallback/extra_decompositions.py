@@ -141,6 +141,55 @@ def _self_attention(x, num_heads: int, qkv_weight, qkv_bias, proj_weight, proj_b
     return torch.nn.functional.linear(attended, proj_weight, proj_bias)
 
 
+def index_copy_(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor):
+    """aten::index_copy_ (transformers' StaticCache writes each token's keys and values
+    with it, every layer, every step): PyTorch's decomposition goes through index_put and
+    its checks, ~300 µs a call on fl (BENCHMARKS.md, "Graph path").  This is one scatter_
+    with the index broadcast along `source` (a stride-0 view: nothing is copied).  Only
+    calls ATen itself would accept reach it: the shapes are checked here (scatter's own
+    checks are looser), and index values by the vendor's scatter as ATen checks them
+    (in range, never negative; fl_abi.h kernels fail the launch).  Duplicate indices are
+    undefined in both."""
+    index_shape = _index_copy_shape(self, dim, index, source)
+    if index_shape is NotImplemented:
+        return NotImplemented
+    return self.scatter_(dim % self.dim(), index.reshape(index_shape).expand(source.shape), source)
+
+
+def index_copy(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor):
+    """aten::index_copy: index_copy_ on a copy (ATen's index_copy is that, with the
+    copy keeping self's strides)."""
+    if _index_copy_shape(self, dim, index, source) is NotImplemented:
+        return NotImplemented
+    return index_copy_(self.clone(), dim, index, source)
+
+
+def index_copy_out(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, *, out: torch.Tensor):
+    """aten::index_copy.out (what the functional index_copy reaches fl as): self copied into
+    `out`, then index_copy_ there.  An `out` of another shape or dtype is left to PyTorch's
+    decomposition (it resizes as ATen does)."""
+    if out.shape != self.shape or out.dtype != self.dtype or \
+            _index_copy_shape(self, dim, index, source) is NotImplemented:
+        return NotImplemented
+    return index_copy_(out.copy_(self), dim, index, source)
+
+
+def _index_copy_shape(self, dim: int, index, source):
+    """The shape index takes to broadcast along `dim`, or NotImplemented for a call this
+    decomposition leaves to PyTorch's (which raises ATen's errors for the invalid ones):
+    a 0-d self, an index not 1-d int64, or shapes ATen's index_copy_ refuses."""
+    if self.dim() == 0 or index.dim() > 1 or index.dtype != torch.int64 or source.dim() != self.dim() \
+            or source.dtype != self.dtype or not -self.dim() <= dim < self.dim():
+        return NotImplemented
+    dim %= self.dim()
+    if source.shape[dim] != index.numel() or any(
+            source.shape[d] != self.shape[d] for d in range(self.dim()) if d != dim):
+        return NotImplemented
+    shape = [1] * self.dim()
+    shape[dim] = -1
+    return shape
+
+
 _SUM, _MEAN = 0, 1     # EmbeddingBag modes as ATen numbers them (max is 2)
 
 
@@ -204,6 +253,9 @@ def _kept(indices, padding_idx: int):
 EXTRA_DECOMPOSITIONS: dict[torch._ops.OpOverload, Callable] = {
     aten.arange.start_out: arange_start_out,
     aten.cumsum.default: cumsum,
+    aten.index_copy_.default: index_copy_,
+    aten.index_copy.default: index_copy,
+    aten.index_copy.out: index_copy_out,
     aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer_fwd,
     aten._embedding_bag.default: embedding_bag,
     aten._embedding_bag_forward_only.default: embedding_bag,
