@@ -171,7 +171,9 @@ def index_copy_out(self: torch.Tensor, dim: int, index: torch.Tensor, source: to
     if out.shape != self.shape or out.dtype != self.dtype or \
             _index_copy_shape(self, dim, index, source) is NotImplemented:
         return NotImplemented
-    return index_copy_(out.copy_(self), dim, index, source)
+    if out is not self:              # the in-place index_copy_ arrives as out=self
+        out.copy_(self)
+    return index_copy_(out, dim, index, source)
 
 
 def _index_copy_shape(self, dim: int, index, source):
