@@ -179,6 +179,7 @@ class Plan:
         fallbacks): one list comparison, by identity, of the table's entries now and then."""
         return not self.launches or list(map(self._device.kernels.get, self._names)) == self._choices
 
+
 @dataclass(eq=False)
 class LaunchSegment:
     """Consecutive launches, run by one run_launches call: `program` is their words (the

@@ -43,6 +43,7 @@ from fl_runtime.abi import ffi
 from fl_runtime.abi.convention import BASE_AND_OFFSET
 from fl_runtime.devices.storage import wrap_block
 from fl_runtime.errors import GraphReplayError
+from fl_runtime.logs import logger
 from fl_runtime.ops import accounting, fast_path
 from fl_runtime.ops.graph_plan import MASK, WORKSPACE, LaunchSegment, Plan
 from fl_runtime.ops.graph_record import LaunchStep, NotPlannable, PythonStep, Record, Val, address, layout_key
@@ -63,7 +64,7 @@ class LaunchList:
         self.rt = launcher.rt
         self.eager_only = False          # set after a GraphReplayError: the graph runs eagerly
         self.why_eager: dict = {}        # input signature -> why it has no plan (diagnostics)
-        self._local = threading.local()  # per thread: input signature -> _Plan or None
+        self._local = threading.local()  # per thread: input signature -> Plan or None
 
     def __call__(self, *inputs):
         rt = self.rt
@@ -127,6 +128,8 @@ class LaunchList:
             plan = Plan(record, output_node)
         except NotPlannable as exc:
             self.why_eager[key] = str(exc)
+            logger.info("torch_fl: a compiled graph of %d nodes runs eagerly: %s (README \"Graph path\")",
+                        len(self.gm.graph.nodes), exc)
             plan = None
         for val in record.vals.values():
             for item in val if isinstance(val, tuple) else (val,):
