@@ -393,3 +393,46 @@ def test_a_python_result_read_only_through_a_view_lives_until_that_launch(fl):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")          # the fallback's "no kernel" warning
         _check(runner, fn, inputs, calls=4)
+
+
+def test_a_replay_waits_for_another_streams_writes_to_its_inputs(python):
+    """A side stream writes the input (a long chain of kernels on the reference's own stream
+    worker); the graph replays on the default stream and must read the finished values, and
+    a side-stream reader of an input the graph writes in place must see the graph's write."""
+    result = python("""
+        import torch, torch_fl
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from fl_runtime.ops.launch_list import LaunchList
+
+        def fn(x, acc):
+            y = x
+            for _ in range(20):              # keeps the graph's stream busy before it writes acc
+                y = y * 1.0
+            acc.add_(y)                      # an input written in place by a launch
+            return (x * 2).sum()
+        runner = LaunchList(make_fx(fn)(torch.zeros(1 << 20), torch.zeros(1 << 20)),
+                            torch_fl.runtime().launcher)
+        side = torch.fl.Stream()
+        with torch.fl.stream(side):
+            acc = torch.zeros(1 << 20, device="fl:0")   # its block belongs to the side stream
+        for call in range(4):
+            base = torch.full((1 << 20,), float(call), device="fl:0")
+            with torch.fl.stream(side):
+                x = base
+                for _ in range(30):          # keeps the side stream busy
+                    x = x * 1.0
+                x = x + 1.0                  # call + 1 everywhere, once the side stream is done
+                acc.mul_(1.0)                # the side stream is acc's last writer again
+            total = runner(x, acc)
+            with torch.fl.stream(side):
+                seen = acc.sum()             # on the side stream, after the graph's add_
+            torch.fl.synchronize()
+            assert total.item() == 2 * (call + 1) * (1 << 20), (call, total.item())
+            expected = sum(c + 1 for c in range(call + 1)) * (1 << 20)
+            assert seen.item() == expected, (call, seen.item(), expected)
+        summary = runner.summary()
+        assert summary["plans"][0]["replays"] == 3 and summary["eager_runs"] == 0, summary
+        print("ok")
+    """)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert result.stdout.split() == ["ok"]

@@ -43,6 +43,7 @@ class Plan:
         self.count_keys: list = []
         self.workspace = 0
         self.output_slots: list = []
+        self.written_slots: list = []
         self.runs = 0                             # replays (a plan belongs to one thread: no lock)
         result = output_node.args[0]     # a tuple or list of values, or one value
         self.output_type = type(result) if isinstance(result, (tuple, list)) else None
@@ -63,6 +64,11 @@ class Plan:
         self._names = [step.name for step in self.launches]
         self._choices = [step.program.choice for step in self.launches]
         self.no_addresses = bytes(16 * self.addresses)
+        written = {val.root for step in self.launches for val in step.writes}
+        # inputs (and constants) launches write: marked as written by the run's stream when
+        # other streams are in use (launch_list.run_plan; README "Device API")
+        self.written_slots = [record.vals[n].slot for n in record.inputs
+                              if isinstance(record.vals[n], Val) and record.vals[n].root in written]
         self.order = steps                        # launches and Python steps, in graph order
         self.steps = segments(steps)             # what a run executes
         self._check(record, output_node)

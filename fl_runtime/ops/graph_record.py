@@ -66,6 +66,7 @@ class LaunchStep:
     count: int
     sites: list = field(default_factory=list)
     fresh: list = field(default_factory=list)
+    writes: list = field(default_factory=list)   # the Vals of its in-place and out= outputs
     index: int = 0
     drop: list = field(default_factory=list)     # slots to clear after it
     # set by compile(): what a run reads
@@ -268,6 +269,8 @@ class Record:
             if spec.alias is not None:
                 source = self._input_vals(node) or {}
                 made.append(source.get(id(values[spec.alias])))
+                if made[-1] is not None:
+                    step.writes.append(made[-1])
             elif spec.shape is None:
                 made.append(None)
             else:

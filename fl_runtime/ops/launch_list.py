@@ -22,8 +22,10 @@ ran (its kernel entry, arena bytes, output layouts), and every layout it bakes i
 from the layouts of the graph's inputs, which are checked per call against the record
 (`LaunchList.__call__`: another input signature records a plan of its own).  What cannot
 be known in advance is checked per run, and a mismatch runs the graph eagerly instead:
-a profile or phase timing (they report per op), a second stream in use (cross-stream
-ordering tracks tensors), autocast, a kernel table that changed.  A layout a Python step
+a profile or phase timing (they report per op), autocast, a kernel table that changed.
+With a second stream in use, a run orders itself once: its stream waits for the other
+streams' pending writes to its inputs, and the inputs its launches write are marked as
+written by it (the eager path does the same per op; README "Device API").  A layout a Python step
 returns is compared with the record before a launch reads it (GraphReplayError otherwise,
 never a launch over the wrong layout).
 
@@ -68,7 +70,7 @@ class LaunchList:
 
     def __call__(self, *inputs):
         rt = self.rt
-        if self.eager_only or accounting.HOOKED or rt._cross_stream or _is_autocast_enabled("fl"):
+        if self.eager_only or accounting.HOOKED or _is_autocast_enabled("fl"):
             return self._eager(inputs)
         plans = self._plans()
         try:
@@ -153,12 +155,18 @@ def run_plan(plan: Plan, inputs: tuple, rt):
     streams = rt.streams
     stream = streams.current(device_index) if streams.any_current else streams.default[device_index]
     allocator = rt.allocators[device_index]
+    cross_stream = rt._cross_stream
+    if cross_stream:         # other streams in use: wait for their writes to the inputs, once
+        rt.order_after_writers(device_index, stream, inputs, ())
     workspace = allocator.allocate_rounded(plan.workspace, stream) if plan.workspace else None
     try:
         _run_steps(plan, real, addresses, workspace.ptr if workspace is not None else 0, stream, allocator)
     finally:
         if workspace is not None:
             allocator.release(workspace)
+        if cross_stream:     # and later work on other streams waits for the inputs launches wrote
+            for slot in plan.written_slots:
+                rt.mark_written(real[slot], stream)
     pending = accounting.pending
     pending.extend(plan.count_keys)
     if len(pending) > accounting.FOLD_AT:
