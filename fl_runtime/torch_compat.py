@@ -143,6 +143,7 @@ PRIVATE_APIS: dict[str, str] = {
     "torch._dynamo.backends.registry.register_backend": "backend=\"fl\" (the graph path), registered once "
                                                         "dynamo's backend registry is imported",
     "torch._dynamo.backends.common.aot_autograd": "the graph path's forward and backward ATen graphs",
+    "torch._dynamo.trace_rules.add": "dynamo never traces the runtime's own frames (its kernels are Python)",
     "torch._inductor.config.fallback_by_default": "fl graphs lower every node to an ATen call",
     "torch._inductor.codegen.common.register_backend_for_device": "Inductor's backend for fl",
     "torch._inductor.codegen.common.register_device_op_overrides": "device calls in fl wrapper code",

@@ -308,6 +308,19 @@ graphs = torch_fl.graph_summary()
 assert all(not g["eager_only"] and not g["why_no_plan"] for g in graphs), graphs
 print("gpt2 ok")
 
+# dynamo never traces the runtime's own frames (its kernels are Python): under nn.Module.compile()
+# the module's frames run eagerly with dynamo's frame hook set, and it used to compile fl's
+# kernels, allocator and marshaler as "user code"
+traced = []
+def spy(gm, example_inputs):
+    traced.extend(n.meta.get("stack_trace") or "" for n in gm.graph.nodes)
+    return gm
+module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh()).to("fl:0")
+module.compile(backend=spy)
+module(torch.randn(2, 4, device="fl:0")).sum().backward()
+assert not [t for t in traced if "fl_runtime" in t], traced
+print("untraced ok")
+
 # dynamic shapes: eager FX code, still right
 f = torch.compile(lambda a: torch.relu(a) * 2, backend="fl", dynamic=True)
 for n in (3, 5, 9):
@@ -320,7 +333,7 @@ print("dynamic ok")
 def test_torch_compile_backend_fl_trains_like_eager(script):
     result = script(SCRIPT, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    assert result.stdout.split() == ["mlp", "ok", "cnn", "ok", "gpt2", "ok", "dynamic", "ok"]
+    assert result.stdout.split() == ["mlp", "ok", "cnn", "ok", "gpt2", "ok", "untraced", "ok", "dynamic", "ok"]
 
 
 def test_a_number_another_node_computes_is_never_baked_into_a_launch(fl):

@@ -14,6 +14,13 @@ from fl_runtime.logs import logger
 
 DYNAMO_MODULE = "torch._dynamo.device_interface"
 REGISTRY_MODULE = "torch._dynamo.backends.registry"
+TRACE_RULES_MODULE = "torch._dynamo.trace_rules"
+# Dynamo compiles every Python frame that starts while a compiled function's code runs
+# eagerly (around a graph break, or in nn.Module's hooks under model.compile()), and fl's
+# PyTorch kernels are Python frames: left to it, it traced the runtime itself (the
+# allocator, the marshaler), broke graphs there and ran them slower.  Its trace rules skip
+# these packages as they skip PyTorch's own C-backed code.
+RUNTIME_PACKAGES = ("fl_runtime", "torch_fl")
 INDUCTOR_MODULE = "torch._inductor.compile_fx"
 
 
@@ -22,6 +29,7 @@ def install() -> None:
     call_after_import(DYNAMO_MODULE, _guarded(_register_dynamo, "dynamo's device interface"))
     call_after_import(INDUCTOR_MODULE, _guarded(_register_inductor, "Inductor"))
     call_after_import(REGISTRY_MODULE, _guarded(_register_graph_backend, "dynamo's backend registry"))
+    call_after_import(TRACE_RULES_MODULE, _guarded(_skip_runtime_frames, "dynamo's trace rules"))
 
 
 def _register_dynamo() -> None:
@@ -32,6 +40,12 @@ def _register_dynamo() -> None:
 def _register_inductor() -> None:
     from fl_runtime.integration import inductor_backend
     inductor_backend.register()
+
+
+def _skip_runtime_frames() -> None:
+    from torch._dynamo import trace_rules
+    for package in RUNTIME_PACKAGES:
+        trace_rules.add(package)
 
 
 def _register_graph_backend() -> None:
