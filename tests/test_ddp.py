@@ -15,7 +15,8 @@ import json
 import pytest
 from rank_runner import assert_all_ok, run_ranks
 
-DDP_SCRIPT = r"""
+# Each rank's start: Gloo for the process group, this rank's fl device current.
+RANK_SETUP = r"""
 import copy, datetime, os, torch, torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -25,6 +26,9 @@ rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=90))
 torch.fl.set_device(rank)
 dev = torch.device("fl", rank)
+"""
+
+DDP_SCRIPT = RANK_SETUP + r"""
 
 def make_model():
     torch.manual_seed(0)
@@ -208,17 +212,7 @@ def test_ddp_scaling_benchmark_has_help(python):
     assert "--slowdown" in out.stdout and "ThroughputSplit" in out.stdout
 
 
-COMPILED_DDP_SCRIPT = r"""
-import datetime, os, torch, torch.distributed as dist
-import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel as DDP
-import torch_fl
-
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=90))
-torch.fl.set_device(rank)
-dev = torch.device("fl", rank)
-
+COMPILED_DDP_SCRIPT = RANK_SETUP + r"""
 def make_model():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.Tanh(), torch.nn.Linear(32, 3))
