@@ -454,3 +454,15 @@ def test_a_replay_waits_for_another_streams_writes_to_its_inputs(python):
     """)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert result.stdout.split() == ["ok"]
+
+
+def test_the_same_graph_on_two_devices_keeps_a_plan_per_device(fl):
+    runner = _launch_list(fl, _mlp, *_mlp_inputs(0))
+    for call in range(3):
+        for device in ("fl:0", "fl:1"):
+            cpu = _mlp_inputs(call)
+            got = runner(*[t.to(device) for t in cpu])
+            for w, g in zip(_mlp(*cpu), got):
+                assert g.device == torch.device(device)
+                torch.testing.assert_close(g.cpu(), w, **FP32)
+    assert sorted(plan.device_index for plan in runner.plans()) == [0, 1]
