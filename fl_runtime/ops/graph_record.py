@@ -5,7 +5,7 @@ by node, under a TorchDispatchMode that sees the ATen calls each node makes as i
 PrivateUse1 kernel receives them.  `Record` keeps, for each node:
 - a **launch** (`LaunchStep`): the node made one call, and that call ran a per-signature
   program (fast_path.py) on a vendor kernel.  The step gets its own fl_arg arena, filled
-  once from the recorded values (marshal._fill), and the arena offsets of its tensor
+  once from the recorded values (marshal.fill), and the arena offsets of its tensor
   addresses (`sites`), each tied to the graph value (`Val`) it holds;
 - a **view** whose result shares its input's storage: a `Val` only, its root's plus a
   constant byte distance; no step;
@@ -107,13 +107,6 @@ class Calls(TorchDispatchMode):
         kwargs = kwargs or {}
         self.seen.append((func, args, kwargs))
         return func(*args, **kwargs)
-
-
-def address(t: torch.Tensor) -> tuple[int, int]:
-    """(storage base, byte offset) of a tensor, as marshal._tensor writes them."""
-    offset = t.storage_offset() * t.element_size()
-    base = t.data_ptr() - offset
-    return (0, 0) if base < 0 else (base, offset)
 
 
 def layout_key(t) -> tuple | None:
@@ -230,13 +223,13 @@ class Record:
         if by_id is None:
             return None
         for kind, at, i, j in raw_sites:
-            if kind == _marshal._SITE_TENSOR:
+            if kind == _marshal.SITE_TENSOR:
                 val = by_id.get(id(values[i]))
-            elif kind == _marshal._SITE_LIST_TENSOR:
+            elif kind == _marshal.SITE_LIST_TENSOR:
                 val = by_id.get(id(values[i][j]))
-            elif kind == _marshal._SITE_OUTPUT:
+            elif kind == _marshal.SITE_OUTPUT:
                 val = out_vals[i]
-            elif kind == _marshal._SITE_FLOAT:
+            elif kind == _marshal.SITE_FLOAT:
                 continue                 # a graph literal: the arena holds it for good
             else:
                 return None              # a wrapped CPU number or a list of scalars: per-call data
@@ -288,7 +281,7 @@ def _fill(plan, values: list, outputs: list) -> tuple[Arena, list] | None:
         arena = Arena(size)
         sites: list = []
         try:
-            _marshal._fill(arena, plan, values, outputs, None, sites)
+            _marshal.fill(arena, plan, values, outputs, None, sites)
             return arena, sites
         except ArenaFull:
             size *= 4

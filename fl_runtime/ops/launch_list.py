@@ -48,7 +48,8 @@ from fl_runtime.errors import GraphReplayError
 from fl_runtime.logs import logger
 from fl_runtime.ops import accounting, fast_path
 from fl_runtime.ops.graph_plan import MASK, WORKSPACE, LaunchSegment, Plan
-from fl_runtime.ops.graph_record import LaunchStep, NotPlannable, PythonStep, Record, Val, address, layout_key
+from fl_runtime.ops.graph_record import LaunchStep, NotPlannable, PythonStep, Record, Val, layout_key
+from fl_runtime.ops.marshal import base_and_offset
 from fl_runtime.ops.launcher import _declined_reason, _raise_launch_failure
 
 MAX_PLANS = 8                # input signatures one graph keeps plans for, per thread
@@ -207,7 +208,7 @@ def _run_steps(plan: Plan, real: list, addresses: array, workspace: int, stream,
 
 
 def set_address(addresses: array, index: int, t: torch.Tensor) -> None:
-    addresses[2 * index], addresses[2 * index + 1] = address(t)
+    addresses[2 * index], addresses[2 * index + 1] = base_and_offset(t)
 
 
 def _run_launches_in_python(program: bytes, addresses: array, workspace: int, stream: int):

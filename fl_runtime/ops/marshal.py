@@ -39,13 +39,18 @@ def _arena(min_size: int = 1 << 16) -> Arena:
     return arena
 
 
-def _tensor(arena: Arena, t: torch.Tensor) -> int:
-    """Write an fl_tensor for t; returns its address."""
+def base_and_offset(t: torch.Tensor) -> tuple[int, int]:
+    """The (base, byte_offset) pair of t's fl_tensor: its storage's address and its offset."""
     offset = t.storage_offset() * t.dtype.itemsize
     base = t.data_ptr() - offset
     if base < 0:                 # an empty tensor has no storage (data_ptr 0); nothing is read
-        base = offset = 0
-    return cv.put_tensor(arena, base, offset, t.dtype, t.shape, t.stride())
+        return 0, 0
+    return base, offset
+
+
+def _tensor(arena: Arena, t: torch.Tensor) -> int:
+    """Write an fl_tensor for t; returns its address."""
+    return cv.put_tensor(arena, *base_and_offset(t), t.dtype, t.shape, t.stride())
 
 
 def _value(arena: Arena, slot: int, tag: int, value, sites: list, source: int) -> None:
@@ -55,11 +60,11 @@ def _value(arena: Arena, slot: int, tag: int, value, sites: list, source: int) -
             raise RuntimeError("Expected all tensors to be on the same device, but found a CPU tensor "
                                f"of shape {tuple(value.shape)} next to fl tensors")
         cv.put_scalar(arena, slot, value.item())     # PyTorch's wrapped numbers travel as scalars
-        sites.append((_SITE_WRAPPED, slot, source, 0))
+        sites.append((SITE_WRAPPED, slot, source, 0))
         return
     if tag == TAG_SCALAR_LIST and isinstance(value, (list, tuple)):
         at = cv.put_list(arena, slot, tag, value)     # entries patched per call, like a float
-        sites.append((_SITE_SCALAR_LIST, at, source, 0))
+        sites.append((SITE_SCALAR_LIST, at, source, 0))
         return
     listed = [0]
 
@@ -69,19 +74,20 @@ def _value(arena: Arena, slot: int, tag: int, value, sites: list, source: int) -
             return None
         address = _tensor(arena, t)
         if tag == TAG_VALUE:
-            sites.append((_SITE_TENSOR, address - arena.address + BASE_OFFSET, source, 0))
+            sites.append((SITE_TENSOR, address - arena.address + BASE_OFFSET, source, 0))
         else:
-            sites.append((_SITE_LIST_TENSOR, address - arena.address + BASE_OFFSET, source, listed[0]))
+            sites.append((SITE_LIST_TENSOR, address - arena.address + BASE_OFFSET, source, listed[0]))
         listed[0] += 1
         return address
 
     cv.put_value(arena, slot, tag, value, tensor)
     if tag == TAG_VALUE and isinstance(value, float):
-        sites.append((_SITE_FLOAT, slot, source, 0))
+        sites.append((SITE_FLOAT, slot, source, 0))
 
 
-# Sites a template patches on every launch: (kind, byte offset in the arena, value index, list index)
-_SITE_TENSOR, _SITE_LIST_TENSOR, _SITE_OUTPUT, _SITE_FLOAT, _SITE_WRAPPED, _SITE_RNG, _SITE_SCALAR_LIST = range(7)
+# Sites a template patches on every launch: (kind, byte offset in the arena, value index, list index);
+# public for the graph path, which fills arenas of its own (graph_record.py)
+SITE_TENSOR, SITE_LIST_TENSOR, SITE_OUTPUT, SITE_FLOAT, SITE_WRAPPED, SITE_RNG, SITE_SCALAR_LIST = range(7)
 
 
 class Template:
@@ -98,9 +104,9 @@ class Template:
         self.blob = bytes(arena.mem[0:arena.top])
         self.size = len(self.blob)
         self.sites = tuple(sites)
-        self.inputs = tuple((at, i, values[i].dtype.itemsize) for kind, at, i, _ in sites if kind == _SITE_TENSOR)
-        self.outputs = tuple((at, j, outputs[j].dtype.itemsize) for kind, at, j, _ in sites if kind == _SITE_OUTPUT)
-        self.others = tuple(site for site in sites if site[0] not in (_SITE_TENSOR, _SITE_OUTPUT))
+        self.inputs = tuple((at, i, values[i].dtype.itemsize) for kind, at, i, _ in sites if kind == SITE_TENSOR)
+        self.outputs = tuple((at, j, outputs[j].dtype.itemsize) for kind, at, j, _ in sites if kind == SITE_OUTPUT)
+        self.others = tuple(site for site in sites if site[0] not in (SITE_TENSOR, SITE_OUTPUT))
 
 
 def marshal(plan: OpPlan, values: list, outputs: list, take_rng, entry) -> tuple:
@@ -123,7 +129,7 @@ def marshal(plan: OpPlan, values: list, outputs: list, take_rng, entry) -> tuple
     while True:
         try:
             sites: list = []
-            _fill(arena, plan, values, outputs, take_rng, sites)
+            fill(arena, plan, values, outputs, take_rng, sites)
             entry.template = Template(arena, sites, values, outputs)
             return arena.args, count
         except ArenaFull:
@@ -183,18 +189,18 @@ def _replay(template: Template, arena: Arena, values: list, outputs: list, take_
 def _replay_sites(sites: tuple, arena: Arena, values: list, outputs: list, take_rng) -> None:
     mem = arena.mem
     for kind, at, i, j in sites:
-        if kind <= _SITE_OUTPUT:
-            t = values[i] if kind == _SITE_TENSOR else values[i][j] if kind == _SITE_LIST_TENSOR else outputs[i]
+        if kind <= SITE_OUTPUT:
+            t = values[i] if kind == SITE_TENSOR else values[i][j] if kind == SITE_LIST_TENSOR else outputs[i]
             offset = t.storage_offset() * t.dtype.itemsize
             base = t.data_ptr() - offset
             if base < 0:         # empty tensor, as in _tensor
                 base = offset = 0
             BASE_AND_OFFSET.pack_into(mem, at, base, offset)
-        elif kind == _SITE_FLOAT:
+        elif kind == SITE_FLOAT:
             ARG_FLOAT.pack_into(mem, at, _KIND_FLOAT, 0, values[i])
-        elif kind == _SITE_WRAPPED:
+        elif kind == SITE_WRAPPED:
             cv.put_scalar(arena, at, values[i].item())
-        elif kind == _SITE_SCALAR_LIST:      # the signature fixed its length (meta_cache.py)
+        elif kind == SITE_SCALAR_LIST:      # the signature fixed its length (meta_cache.py)
             scalars = values[i]
             struct.pack_into(f"={len(scalars)}d", mem, at, *map(cv.scalar_as_double, scalars))
         else:
@@ -202,14 +208,14 @@ def _replay_sites(sites: tuple, arena: Arena, values: list, outputs: list, take_
             INT64S[2].pack_into(mem, at, *take_rng(numel))
 
 
-def _fill(arena: Arena, plan: OpPlan, values: list, outputs: list, take_rng, sites: list) -> None:
+def fill(arena: Arena, plan: OpPlan, values: list, outputs: list, take_rng, sites: list) -> None:
     arena.start()
     slot = 0
     for i, (spec, value) in enumerate(zip(plan.args, values)):
         if spec.tag == TAG_GENERATOR:
             numel = sum(o.numel() for o in outputs if o is not None)
             at = cv.put_list(arena, slot, TAG_INT_LIST, take_rng(numel))
-            sites.append((_SITE_RNG, at, i, 0))
+            sites.append((SITE_RNG, at, i, 0))
         else:
             _value(arena, slot, spec.tag, value, sites, i)
         slot += ARG_SIZE
@@ -219,5 +225,5 @@ def _fill(arena: Arena, plan: OpPlan, values: list, outputs: list, take_rng, sit
         else:
             address = _tensor(arena, out)
             cv.put_tensor_arg(arena, slot, address)
-            sites.append((_SITE_OUTPUT, address - arena.address + BASE_OFFSET, j, 0))
+            sites.append((SITE_OUTPUT, address - arena.address + BASE_OFFSET, j, 0))
         slot += ARG_SIZE
