@@ -52,7 +52,6 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list):
         args.clear()
         return runner(*inputs)
     run._boxed_call = True
-    run.launch_list = runner if isinstance(runner, LaunchList) else None
     return run
 
 
