@@ -17,7 +17,8 @@ NEXT_PY    := $(NEXT_VENV)/bin/python
 NEXT_TESTS := tests/test_torch_version.py tests/test_architecture.py tests/test_ops.py tests/test_native_ops.py \
               tests/test_autograd.py tests/test_views_and_inplace.py tests/test_streams.py tests/test_memory.py \
               tests/test_copies_and_streams.py tests/test_serialization.py tests/test_e2e_training.py \
-              tests/test_compile.py tests/test_sdpa.py tests/test_optimizers.py tests/test_torch_profiler.py
+              tests/test_compile.py tests/test_sdpa.py tests/test_optimizers.py tests/test_torch_profiler.py \
+              tests/test_graph_path.py
 
 .PHONY: demo test test-torch-next bench build install clean
 
