@@ -1,11 +1,12 @@
 """torch.compile on fl: dynamo's device interface, Inductor's backend for fl, and the
 graph path's backend="fl" (README, "torch.compile" and "Graph path").
 
-Both register lazily, right after PyTorch imports the module they plug into
-(`torch._dynamo.device_interface`, `torch._inductor.compile_fx`), because
-importing dynamo or Inductor costs seconds and most programs never compile.
-The classes live in `dynamo_interface.py` and `inductor_backend.py`, which
-import those PyTorch modules at their top and are imported only from here.
+Each registers lazily, right after PyTorch imports the module it plugs into
+(`torch._dynamo.device_interface`, `torch._inductor.compile_fx`, dynamo's backend
+registry and trace rules), because importing dynamo or Inductor costs seconds and most
+programs never compile.  The classes live in `dynamo_interface.py`,
+`inductor_backend.py` and `graph_backend.py`, which import those PyTorch modules at
+their top and are imported only from here.
 """
 from __future__ import annotations
 

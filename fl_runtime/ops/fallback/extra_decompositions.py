@@ -150,30 +150,35 @@ def index_copy_(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch
     checks are looser), and index values by the vendor's scatter as ATen checks them
     (in range, never negative; fl_abi.h kernels fail the launch).  Duplicate indices are
     undefined in both."""
-    index_shape = _index_copy_shape(self, dim, index, source)
-    if index_shape is NotImplemented:
-        return NotImplemented
-    return self.scatter_(dim % self.dim(), index.reshape(index_shape).expand(source.shape), source)
+    return _index_copy_into(self, self, dim, index, source)
 
 
 def index_copy(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor):
     """aten::index_copy: index_copy_ on a copy (ATen's index_copy is that, with the
     copy keeping self's strides)."""
-    if _index_copy_shape(self, dim, index, source) is NotImplemented:
-        return NotImplemented
-    return index_copy_(self.clone(), dim, index, source)
+    return _index_copy_into(None, self, dim, index, source)
 
 
 def index_copy_out(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, *, out: torch.Tensor):
-    """aten::index_copy.out (what the functional index_copy reaches fl as): self copied into
-    `out`, then index_copy_ there.  An `out` of another shape or dtype is left to PyTorch's
-    decomposition (it resizes as ATen does)."""
-    if out.shape != self.shape or out.dtype != self.dtype or \
-            _index_copy_shape(self, dim, index, source) is NotImplemented:
+    """aten::index_copy.out (what the functional index_copy reaches fl as; the in-place
+    index_copy_ arrives as out=self).  An `out` of another shape or dtype is left to
+    PyTorch's decomposition (it resizes as ATen does)."""
+    if out.shape != self.shape or out.dtype != self.dtype:
         return NotImplemented
-    if out is not self:              # the in-place index_copy_ arrives as out=self
+    return _index_copy_into(out, self, dim, index, source)
+
+
+def _index_copy_into(out, self, dim: int, index, source):
+    """self with source's rows at `index` along dim, written into `out` (a new copy of self
+    when None), or NotImplemented for a call _index_copy_shape leaves to PyTorch."""
+    shape = _index_copy_shape(self, dim, index, source)
+    if shape is NotImplemented:
+        return NotImplemented
+    if out is None:
+        out = self.clone()
+    elif out is not self:
         out.copy_(self)
-    return index_copy_(out, dim, index, source)
+    return out.scatter_(dim % self.dim(), index.reshape(shape).expand(source.shape), source)
 
 
 def _index_copy_shape(self, dim: int, index, source):
