@@ -19,7 +19,7 @@ keeping each one's best:
   its recorded program (fl_runtime/ops/fast_path.py), so the phases say where a
   signature's first call goes, and the untimed column what a steady loop costs;
 - fl on the reference vendor: the end-to-end figure the targets name;
-- for the mixes in GRAPH_MIXES, the same on the graph path: the model's forward (and the
+- for the mixes whose builder takes `graph`, the same on the graph path: the model's forward (and the
   loss) compiled with torch.compile(backend="fl") (README "Graph path"), the optimizer eager.
 
 Per-op figures divide a step's time by the aten ops one step dispatches on the
@@ -212,8 +212,13 @@ def tiny_mix(device: str):
 MIXES = {"CNN train step": (cnn_mix, 5), "GPT-2 train step": (gpt2_mix, 5),
          "Llama greedy decode (16 tokens)": (llama_generate_mix, 2), "tiny ops (x50)": (tiny_mix, 20),
          "Llama decode, static cache": (llama_static_decode_mix, 2), "tiny op chain (x50)": (tiny_chain_mix, 20)}
-# The mixes whose builders take graph=True: measured also on the graph path (README "Graph path").
-GRAPH_MIXES = {"CNN train step", "GPT-2 train step", "Llama decode, static cache", "tiny op chain (x50)"}
+
+
+def has_graph_variant(builder) -> bool:
+    """Whether a mix's builder takes graph=True: such mixes are measured on the graph path
+    too (README "Graph path")."""
+    import inspect
+    return "graph" in inspect.signature(builder).parameters
 
 
 # ---- measuring -----------------------------------------------------------------------------
@@ -277,7 +282,7 @@ def _best(a: dict | None, b: dict) -> dict:
 def measure_mix(name: str, builder, iterations: int, rounds: int, null_dev: str, ref_dev: str, sync) -> dict:
     steps = {"native": builder("cpu"), "null": builder(null_dev), "ref": builder(ref_dev)}
     syncs = {"native": lambda: None, "null": lambda: sync(null_dev), "ref": lambda: sync(ref_dev)}
-    if name in GRAPH_MIXES:
+    if has_graph_variant(builder):
         steps.update(null_graph=builder(null_dev, graph=True), ref_graph=builder(ref_dev, graph=True))
         syncs.update(null_graph=syncs["null"], ref_graph=syncs["ref"])
     ops = count_ops(steps["native"])
