@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .recipes import MANTISSA_BITS, smallest_subnormal
+from .recipes import FP8_DTYPES, MANTISSA_BITS, smallest_subnormal
 from .tolerances import Tolerance
 
 
@@ -73,12 +73,15 @@ class Reference:
 
 
 def _as_numbers(t: torch.Tensor) -> torch.Tensor:
-    # Bool outputs are compared as bytes: a kernel that leaves 0xFF poison is not "True".
-    return t.view(torch.uint8) if t.dtype == torch.bool else t
+    # Bool outputs are compared as bytes: a kernel that leaves 0xFF poison is not "True".  So are
+    # float8 ones, bit for bit: their NaN patterns are part of PyTorch's casts (fl_abi.h, fl_dtype).
+    return t.view(torch.uint8) if t.dtype == torch.bool or t.dtype in FP8_DTYPES else t
 
 
 def _identical(g: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Bit-for-bit equal, except that any NaN matches any NaN."""
+    """Bit-for-bit equal, except that any NaN matches any NaN (float8: bit for bit)."""
+    if g.dtype in FP8_DTYPES:
+        return _as_numbers(g) == _as_numbers(w.to(g.dtype))
     if not g.is_floating_point():
         return g == w
     return (g == w) & (torch.signbit(g) == torch.signbit(w)) | (g.isnan() & w.isnan())

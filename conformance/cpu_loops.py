@@ -13,6 +13,11 @@ conformance.numerics attaches them to the output's Reference (`also`).
   For x = NaN the scalar body passes grad through and the vector body gives 0 (a
   4094-element tensor with NaN at 0 and at the end gets 0 and grad).
   tests/test_conformance_units.py checks that PyTorch still behaves so.
+- abs on float8 (aten/src/ATen/native/cpu/UnaryOpsKernel.cpp, abs_kernel): the scalar body
+  goes through float (`std::abs`), so -0 gives +0 and a NaN the positive NaN pattern; the
+  vector body on a 64-element chunk compares and negates in the format, and keeps the sign
+  bit of -0 and of NaN.  A 256-element float8 tensor gets the vector answer, an 8-element
+  one the scalar answer.  tests/test_conformance_units.py checks that too.
 """
 from __future__ import annotations
 
@@ -28,9 +33,24 @@ def _hardtanh_backward(grad: torch.Tensor, x: torch.Tensor, low, high) -> tuple[
     return scalar_body, vector_body
 
 
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+
+
+def _fp8_abs(x: torch.Tensor, *_) -> tuple[torch.Tensor, ...]:
+    if x.dtype not in _FP8:
+        return ()
+    scalar_body = x.float().abs().to(x.dtype)
+    bits = x.contiguous().view(torch.uint8)
+    negative = ((bits & 0x80) != 0) & ((bits & 0x7f) != 0) & ~x.contiguous().isnan()
+    vector_body = torch.where(negative, bits & 0x7f, bits).view(x.dtype).reshape(x.shape)
+    return scalar_body, vector_body
+
+
 # op (kernel-table name) -> (CPU inputs in schema order) -> every loop's answer for output 0
 SECOND_ANSWERS: dict[str, Callable[..., tuple[torch.Tensor, ...]]] = {
     "hardtanh_backward": _hardtanh_backward,
+    "abs": _fp8_abs,
+    "abs_": _fp8_abs,
 }
 
 

@@ -227,6 +227,12 @@ class _Placed:
                             tuple(t.shape), tuple(t.stride()))
 
 
+def _view_on_device(item: _Placed, view: torch.Tensor) -> DeviceTensor:
+    """`view` (of the storage `item` placed) as the kernel sees it in device memory."""
+    return DeviceTensor(item.ptr, item.shift + view.storage_offset() * view.element_size(), view.dtype,
+                        tuple(view.shape), tuple(view.stride()))
+
+
 def _place(dev: Device, stream, t: torch.Tensor, shift: int, placed: list) -> _Placed:
     data = storage_bytes(t)
     item = _Placed(t, dev.malloc(shift + len(data) + GUARD_BYTES), shift, len(data))
@@ -286,14 +292,22 @@ def call_kernel(dev: Device, stream, entry: KernelEntry, plan: OpPlan, values: l
     placed: list[_Placed] = []
     by_id: dict[int, _Placed] = {}
 
+    by_storage: dict[int, _Placed] = {}
+
     def on_device(value):
         if isinstance(value, (list, tuple)):
             return [on_device(v) for v in value]
         if not isinstance(value, torch.Tensor):
             return value
         if id(value) not in by_id:
-            by_id[id(value)] = _place(dev, stream, value, shift, placed)
-        return by_id[id(value)].device_tensor
+            # Views of one storage go to one allocation, as the runtime passes them (fl_abi.h,
+            # "ARGUMENTS THAT SHARE MEMORY"): a write through one is seen through the other.
+            storage = value.untyped_storage()
+            key = storage.data_ptr() if storage.nbytes() else -id(value)
+            if key not in by_storage:
+                by_storage[key] = _place(dev, stream, value, shift, placed)
+            by_id[id(value)] = by_storage[key]
+        return _view_on_device(by_id[id(value)], value)
 
     try:
         device_values = [on_device(v) for v in values]
@@ -316,7 +330,10 @@ def call_kernel(dev: Device, stream, entry: KernelEntry, plan: OpPlan, values: l
     def fetched(v):
         if isinstance(v, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in v):
             return [fetched(t) for t in v]     # a tensor list: each entry as the launch left it
-        return after[id(by_id[id(v)])] if isinstance(v, torch.Tensor) else v
+        if not isinstance(v, torch.Tensor):
+            return v
+        whole = after[id(by_id[id(v)])]        # the storage as the launch left it, seen as `v`
+        return torch.empty(0, dtype=v.dtype).set_(whole.untyped_storage(), v.storage_offset(), v.shape, v.stride())
     args_after = [fetched(v) for v in values]
     results = [args_after[alias] if alias is not None else (after[id(fresh[j])] if j in fresh else None)
                for j, alias in enumerate(plan.returns_alias)]

@@ -18,7 +18,7 @@ from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.ops.schema import compile_plan
 
-from . import layout_matrix, random_checks, statuses
+from . import fp8_specs, layout_matrix, overlap, random_checks, statuses
 from .harness import STATUS, CallFailed, Declined, Device, KernelEntry, status_name
 from .numerics import CaseResult, RejectCase, check_case
 from .opinfo_cases import NoSource
@@ -42,8 +42,9 @@ def _outcome(status: str, message: str = "", result: CaseResult | None = None, *
 
 def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: Profile, run_seed: int,
              progress: Progress) -> dict:
-    """Hypothesis examples (plus the 16-bit sweep, the special-value grid and the layout
-    matrix) of one kernel on one dtype against PyTorch CPU."""
+    """Hypothesis examples (plus the 16-bit and 8-bit sweeps, the special-value grid and the
+    layout matrix, and for kernels that write a tensor they also read from, overlap cases:
+    conformance.overlap) of one kernel on one dtype against PyTorch CPU."""
     dtype = DTYPES[dtype_name]
     fast = entry.variant_name == "fast"
     state = {"examples": 0, "rejected": 0, "worst": CaseResult(True), "failure": None, "declined": []}
@@ -77,7 +78,9 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
     try:
         matrix = [*layout_matrix.cases(entry.op, dtype, profile.full_layout_matrix),
                   layout_matrix.empty_inner_dimension(entry.op, dtype), layout_matrix.transposed_copy(entry.op, dtype)]
-        for explicit in (sweep_case(entry.op, dtype), grid_case(entry.op, dtype), *matrix):
+        sweeps = [sweep_case(entry.op, dtype), *fp8_specs.sweep_cases(entry.op, dtype, entry.dtypes,
+                                                                      profile.exhaustive_8bit)]
+        for explicit in (*sweeps, grid_case(entry.op, dtype), *matrix):
             try:
                 if explicit is not None:
                     check(explicit)
@@ -88,6 +91,8 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
                        report_multiple_bugs=False, print_blob=False,
                        phases=(Phase.explicit, Phase.generate, Phase.shrink))
         seed(run_seed)(run(given(strategy)(check)))()
+        if overlap.applies(entry.op):   # an output and an input in one allocation
+            seed(run_seed)(run(given(overlap.cases(entry.op, dtype, entry.dtypes))(check)))()
     except _Mismatch:
         case, result = state["failure"]
         script = kernel_script(dev.plugin.source.path, entry.op, entry.variant_name, dtype_name, case,

@@ -13,7 +13,7 @@ from fl_runtime import abi
 from . import statuses
 from .harness import KernelEntry
 from .isolation import Job, KernelWorkers
-from .recipes import DTYPES
+from .recipes import DTYPES, FP8_DTYPES
 from .repro import REPRODUCER_HEADING
 
 
@@ -33,9 +33,12 @@ class KernelTarget:
 
 
 def targets(entries: list[KernelEntry], kind: str) -> list[KernelTarget]:
+    """Numerics: every dtype of ABI 1.1 (not_supported where undeclared), and the float8
+    dtypes (ABI 1.2) where the kernel declares them."""
     if kind == "robustness":
         return [KernelTarget(e, kind) for e in entries]
-    return [KernelTarget(e, kind, name) for e in entries for name in DTYPES]
+    return [KernelTarget(e, kind, name) for e in entries for name, dtype in DTYPES.items()
+            if dtype not in FP8_DTYPES or e.dtypes >> abi.DTYPE_TO_FL[dtype] & 1]
 
 
 def precheck(target: KernelTarget, device: dict) -> tuple[str, str] | None:

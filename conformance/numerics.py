@@ -13,7 +13,8 @@ import torch
 from fl_runtime.ops.schema import OpPlan, compile_plan
 
 from . import opinfo_cases
-from .attention_specs import CPU_REFERENCES
+from . import fp8_specs, overlap
+from .attention_specs import CPU_REFERENCES as ATTENTION_REFERENCES
 from .compare import Reference, judge
 from .cpu_loops import loop_answers
 from .harness import CallFailed, Declined, Device, KernelEntry, call_kernel, storage_bytes, tensor_over
@@ -36,6 +37,11 @@ _ACCUMULATES = {"mean": "sum", "mean.dim": "sum.dim_IntList"}
 # PyTorch still behaves so.
 CPU_READS_AS_CONTIGUOUS = frozenset({"native_group_norm", "native_group_norm_backward",
                                      "native_layer_norm_backward"})
+
+
+# Ops whose reference is a function of the suite's rather than the ATen op itself (the ATen
+# op cannot run on the float64 copies a wide reference makes).
+_CPU_REFERENCES = {**ATTENTION_REFERENCES, **fp8_specs.CPU_REFERENCES}
 
 
 class RejectCase(Exception):
@@ -64,7 +70,7 @@ def _run_torch(plan: OpPlan, values: list) -> list:
         values = [v.contiguous() if isinstance(v, torch.Tensor) else v for v in values]
     args = [v for spec, v in zip(plan.args, values) if not spec.kwarg_only]
     kwargs = {spec.name: v for spec, v in zip(plan.args, values) if spec.kwarg_only}
-    result = CPU_REFERENCES.get(plan.name, plan.op)(*args, **kwargs)
+    result = _CPU_REFERENCES.get(plan.name, plan.op)(*args, **kwargs)
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
@@ -195,12 +201,31 @@ def _list_problems(plan: OpPlan, values: list, args_after: list, cpu_after: list
     return problems, judged
 
 
+def _written(plan: OpPlan) -> set[int]:
+    return {a for a in plan.returns_alias if a is not None} | set(plan.written_arg_indices)
+
+
+def _shares_a_written_storage(plan: OpPlan, values: list, index: int) -> bool:
+    return index not in _written(plan) and any(overlap.shares_storage(values[index], values[w])
+                                               for w in _written(plan))
+
+
+def unshared(plan: OpPlan, values: list) -> list:
+    """The values PyTorch CPU gets for the reference: an input that shares storage with a
+    tensor the op writes is cloned first (fl_abi.h, "ARGUMENTS THAT SHARE MEMORY": a kernel
+    answers as if it read its inputs before writing; PyTorch's CPU refuses most such calls)."""
+    return [v.clone() if isinstance(v, torch.Tensor) and _shares_a_written_storage(plan, values, i) else v
+            for i, v in enumerate(values)]
+
+
 def check_case(dev: Device, stream, entry: KernelEntry, case: dict, fast: bool = False) -> CaseResult:
     """Run one case; RejectCase when PyTorch itself refuses it, Declined when the plugin does."""
     plan = compile_plan(entry.op)
     values = schema_values(plan, case)
+    if "overlap" in case:     # conformance.overlap: an output and an input in one storage
+        values = overlap.rewire(values, case["overlap"])
     cpu_inputs: list = []
-    refs = references(plan, values, cpu_inputs)
+    refs = references(plan, unshared(plan, values), cpu_inputs)
     rules: list[Tolerance | None] = [None if r is None else tolerance_for(entry.op, r.cpu.dtype, fast)
                                      for r in refs]
     try:
@@ -212,7 +237,8 @@ def check_case(dev: Device, stream, entry: KernelEntry, case: dict, fast: bool =
     problems = list(run.problems)
     mutated = {a for a in plan.returns_alias if a is not None}
     for i, (before, after) in enumerate(zip(values, run.args_after)):
-        if isinstance(before, torch.Tensor) and i not in mutated and storage_bytes(before) != storage_bytes(after):
+        if isinstance(before, torch.Tensor) and i not in mutated and storage_bytes(before) != storage_bytes(after) \
+                and not _shares_a_written_storage(plan, values, i):   # its bytes are the output's, judged there
             problems += _undeclared_write(plan, values, i, after, cpu_inputs[i])
     list_problems, judged = _list_problems(plan, values, run.args_after, cpu_inputs, entry.op, fast)
     problems += list_problems

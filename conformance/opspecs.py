@@ -20,6 +20,7 @@ from fl_runtime.ops.schema import compile_plan
 
 from . import opinfo_cases
 from .attention_specs import ATTENTION_GENERATORS
+from .fp8_specs import FP8_GENERATORS
 from .nn_specs import NN_GENERATORS
 from .optim_specs import OPTIM_GENERATORS
 from . import strategies as s
@@ -126,6 +127,26 @@ def where(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
     out = s.shape(draw)
     return [s.tensor(draw, s.broadcast_to(draw, out), torch.bool),
             s.tensor(draw, s.broadcast_to(draw, out), dtype), s.tensor(draw, s.broadcast_to(draw, out), dtype)], {}
+
+
+def where_out(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    """where.self_out: where's inputs, and an out= tensor of the broadcast shape (the op kind an
+    out= overlapping an input reaches: conformance.overlap)."""
+    args, _ = where(draw, dtype, mask)
+    shape = torch.broadcast_shapes(*(a["tensor"]["shape"] for a in args))
+    return args, {"out": s.tensor(draw, list(shape), dtype, mutable=True)}
+
+
+def index_add(draw: s.Draw, dtype: torch.dtype, mask: int) -> tuple[list, dict]:
+    """index_add_(self, dim, index, source, alpha): source's rows added at index (duplicates
+    accumulate) along dim."""
+    dims = s.shape(draw, min_dims=1, empty=False)
+    dim = draw(st.integers(0, len(dims) - 1))
+    length = draw(st.integers(0, 6))
+    source = dims[:dim] + [length] + dims[dim + 1:]
+    kwargs = {"alpha": draw(st.sampled_from([2, -1]))} if draw(st.booleans()) and dtype != torch.bool else {}
+    index = s.index_tensor(draw, [length], 0, dims[dim])     # index_add_ takes no negative index
+    return [s.tensor(draw, dims, dtype, mutable=True), dim, index, s.tensor(draw, source, dtype)], kwargs
 
 
 def _dims_of(draw: s.Draw, ndim: int) -> list[int]:
@@ -248,7 +269,8 @@ OPSPECS: dict[str, OpSpec] = {
     **_inplace_pairs(unary, ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sigmoid", "tanh", "relu"]),
     "pow.Tensor_Scalar": OpSpec(pow_scalar()), "pow_.Scalar": OpSpec(pow_scalar(True)),
     "clamp": OpSpec(clamp()), "clamp_": OpSpec(clamp(True)),
-    "where.self": OpSpec(where),
+    "where.self": OpSpec(where), "where.self_out": OpSpec(where_out, with_opinfo=True),
+    "index_add_": OpSpec(index_add, with_opinfo=True),
     **_inplace_pairs(lambda i: same_shape(2, "positional", i, (0.5, 0.25, -1.0, 2.0)), ["lerp"], ".Scalar"),
     **_inplace_pairs(lambda i: same_shape(3, "value", i), ["addcmul", "addcdiv"]),
     "threshold_backward": OpSpec(same_shape(2, "positional", scalars=(0.0, 0.5, -1.0))),
@@ -267,6 +289,7 @@ OPSPECS: dict[str, OpSpec] = {
     **{op: OpSpec(generate, with_opinfo=True) for op, generate in NN_GENERATORS.items()},
     **{op: OpSpec(generate) for op, generate in ATTENTION_GENERATORS.items()},
     **{op: OpSpec(generate) for op, generate in OPTIM_GENERATORS.items()},
+    **{op: OpSpec(generate) for op, generate in FP8_GENERATORS.items()},
 }
 
 

@@ -19,13 +19,15 @@ class Profile:
     unit_timeout_s: float     # a kernel worker silent this long on one dtype is hung
     fixed: bool               # certification: no option may change what runs
     full_layout_matrix: bool = False   # conformance.layout_matrix: every case (cert) or a covering subset
+    exhaustive_8bit: bool = False      # conformance.fp8_specs: every float8 pattern (cert) or a lean sample
 
 
 PROFILES: dict[str, Profile] = {
     "ci": Profile("ci", kernel_examples=10, property_examples=25, stateful_examples=25, stateful_steps=50,
                   unit_timeout_s=60, fixed=False),
     "cert": Profile("cert", kernel_examples=120, property_examples=200, stateful_examples=200,
-                    stateful_steps=100, unit_timeout_s=300, fixed=True, full_layout_matrix=True),
+                    stateful_steps=100, unit_timeout_s=300, fixed=True, full_layout_matrix=True,
+                    exhaustive_8bit=True),
 }
 DEFAULT_SEED = 0
 

@@ -19,9 +19,14 @@ DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
     "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
     "int32": torch.int32, "int64": torch.int64, "bool": torch.bool, "complex64": torch.complex64,
+    # ABI 1.2: tested only for kernels that declare them (conformance.kernel_plan)
+    "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
+    "float8_e4m3fnuz": torch.float8_e4m3fnuz, "float8_e5m2fnuz": torch.float8_e5m2fnuz,
 }
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
 NAMES: dict[torch.dtype, str] = {dt: name for name, dt in DTYPES.items()}
-MANTISSA_BITS = {torch.float64: 52, torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}
+MANTISSA_BITS = {torch.float64: 52, torch.float32: 23, torch.float16: 10, torch.bfloat16: 7,
+                 torch.float8_e4m3fn: 3, torch.float8_e4m3fnuz: 3, torch.float8_e5m2: 2, torch.float8_e5m2fnuz: 2}
 
 
 def smallest_subnormal(dtype: torch.dtype) -> float:
@@ -68,8 +73,21 @@ def _values(dtype: torch.dtype, numel: int, seed: int, scale: float, specials: l
 
 
 def _all_bit_patterns(dtype: torch.dtype) -> torch.Tensor:
-    """Every 16-bit pattern once: the exhaustive sweep for float16/bfloat16 unary ops."""
+    """Every 8- or 16-bit pattern once: the exhaustive sweeps of float8 and float16/bfloat16."""
+    if dtype.itemsize == 1:
+        return torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype)
     return torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(dtype)
+
+
+# float8 patterns every sample keeps: zeros, the NaN and infinity patterns, the extremes
+# and the smallest subnormals of each sign.
+_FP8_EDGES = (0x00, 0x80, 0x7f, 0xff, 0x7e, 0xfe, 0x7c, 0xfc, 0x7d, 0xfd, 0x01, 0x81, 0x08, 0x88)
+
+
+def _sampled_bit_patterns(dtype: torch.dtype) -> torch.Tensor:
+    """A lean sample of the 8-bit patterns (every 8th, plus the edges): the ci profile's sweep."""
+    picked = sorted(set(range(3, 256, 8)) | set(_FP8_EDGES))
+    return torch.tensor(picked, dtype=torch.int32).to(torch.uint8).view(dtype)
 
 
 def _storage_layout(shape: list[int], recipe: dict) -> tuple[list[int], list[int], int, int]:
@@ -95,6 +113,10 @@ def build(recipe: dict) -> torch.Tensor:
     dtype = DTYPES[recipe["dtype"]]
     if recipe.get("bits") == "all":
         return _all_bit_patterns(dtype)
+    if recipe.get("bits") == "sample":
+        return _sampled_bit_patterns(dtype)
+    if "values" in recipe:      # explicit numbers (cast boundaries, conformance.fp8_specs)
+        return torch.tensor(recipe["values"], dtype=torch.float64).to(dtype).reshape(recipe["shape"])
     shape = list(recipe["shape"])
     held, strides, offset, storage_numel = _storage_layout(shape, recipe)
     finite = recipe.get("finite", False)

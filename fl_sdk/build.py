@@ -15,7 +15,11 @@ Keys:
                  (optional): `kernel` is the kernel library of fl_kernel.h
                  (fl_sdk/kernel_lib/: argument access, dtype conversion, type
                  promotion, strided iteration, the elementwise engine and the
-                 kernel registry that builds the plugin's kernel table)
+                 kernel registry that builds the plugin's kernel table);
+                 `driver` the driver library of fl_driver.h (fl_sdk/driver_lib/:
+                 the chip-independent half of a driver: errors, negotiation,
+                 struct_size rules, handle tables, launch-argument checks).
+                 `driver` uses `kernel`, which it brings in when not listed.
 
 `read_spec` resolves sdk_libraries into the spec's sources (absolute paths
 after the plugin's own globs), so a spec's `sources` alone rebuild it.
@@ -36,8 +40,10 @@ from . import INCLUDE_DIR
 from .object_cache import CompileError, CompileJob, compile_all
 from .plugin_meta import PluginMetaError, write_metadata
 
-# The SDK's C libraries a plugin.yaml may ask for (sdk_libraries), by name.
-SDK_LIBRARIES = {"kernel": Path(__file__).resolve().parent / "kernel_lib"}
+# The SDK's C libraries a plugin.yaml may ask for (sdk_libraries), by name, and the ones each needs.
+SDK_LIBRARIES = {"kernel": Path(__file__).resolve().parent / "kernel_lib",
+                 "driver": Path(__file__).resolve().parent / "driver_lib"}
+SDK_LIBRARY_NEEDS = {"kernel": (), "driver": ("kernel",)}
 
 COMPILE_FLAGS = ["-std=gnu11", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Werror"]
 LINK_FLAGS = ["-shared", "-pthread"]
@@ -72,14 +78,25 @@ def read_spec(directory: Path) -> PluginSpec:
     if missing:
         raise BuildError(f"{spec_file}: missing key(s) {', '.join(missing)}")
     _check_library_name(raw["library"], directory, spec_file)
-    libraries = tuple(raw.get("sdk_libraries") or ())
-    unknown = [name for name in libraries if name not in SDK_LIBRARIES]
+    listed = tuple(raw.get("sdk_libraries") or ())
+    unknown = [name for name in listed if name not in SDK_LIBRARIES]
     if unknown:
         raise BuildError(f"{spec_file}: unknown sdk_libraries {', '.join(unknown)} "
                          f"(known: {', '.join(SDK_LIBRARIES)})")
+    libraries = _with_needed(listed)
     sources = list(raw["sources"]) + [str(SDK_LIBRARIES[name] / "*.c") for name in libraries]
     return PluginSpec(directory, raw["library"], sources, list(raw.get("cflags", [])),
                       list(raw.get("link", [])), libraries)
+
+
+def _with_needed(listed: tuple[str, ...]) -> tuple[str, ...]:
+    """`listed` plus the SDK libraries they need, each once, needed ones first."""
+    ordered: list[str] = []
+    for name in listed:
+        for needed in (*SDK_LIBRARY_NEEDS[name], name):
+            if needed not in ordered:
+                ordered.append(needed)
+    return tuple(ordered)
 
 
 def _check_library_name(library: object, directory: Path, spec_file: Path) -> None:

@@ -204,7 +204,7 @@ def coverage(tests: list[Mapping[str, Any]]) -> dict[str, Any]:
 
 def extend_payload(payload: Mapping[str, Any], report: Mapping[str, Any], library_sha256: str) -> dict[str, Any]:
     """A certificate's payload extended by a passing cert run of the same library under another
-    PyTorch minor (README "Supported PyTorch versions"): the minor joins `torch_minors`, and an
+    PyTorch minor (docs/vendors/certify.md "Certificates across PyTorch minors"): the minor joins `torch_minors`, and an
     op's coverage keeps only the cases that passed under every minor (numerics are judged
     against each PyTorch's own CPU results, so a case certified under one minor only is not
     certified under the other)."""

@@ -209,7 +209,9 @@ def _check_updatable(directory: Path, answers: dict[str, Any]) -> None:
     if subprocess.run(["git", "rev-parse", "--git-dir"], cwd=directory, capture_output=True).returncode != 0:
         raise UpdateError(f"{directory} is not a git repository: `fl-sdk update` merges three-way through git; "
                           "run `git init && git add -A && git commit -m plugin` there first")
-    if _git(["status", "--porcelain"], directory).strip():
+    # Only the plugin's own folder must be clean: a plugin may live in a larger repository
+    # (a monorepo), whose other uncommitted work the update never touches.
+    if _git(["status", "--porcelain", "--", "."], directory).strip():
         raise UpdateError(f"{directory} has uncommitted changes: commit (or stash) them, then update, so the "
                           "update's changes can be reviewed with `git diff`")
     source, commit = answers.get("_src_path"), answers.get("_commit")

@@ -5,13 +5,17 @@ last_error_message() must then say something.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import pytest
+import torch
 
 from fl_runtime import abi
 from fl_runtime.abi import ffi
+from fl_runtime.plugins import pinned
 
+from conformance import statuses
 from conformance.harness import STATUS, Device, kernel_entries, status_name, text
 
 CATEGORY = "abi"
@@ -39,15 +43,43 @@ def test_entry_symbol_is_exported(conformance):
     assert ffi.typeof(getattr(conformance.plugin.lib, abi.ENTRY_SYMBOL)) is not None
 
 
-@pytest.mark.parametrize("minor, extra_bytes", [(abi.ABI_MINOR, 0), (abi.ABI_MIN_SUPPORTED_MINOR, 0),
-                                                (abi.ABI_MINOR + 1, 0), (abi.ABI_MINOR + 7, 32)],
-                         ids=["requested", "oldest-supported-minor", "newer-minor", "newer-minor-larger-struct"])
-def test_negotiation_accepts_every_minor_of_major_1(conformance, minor, extra_bytes):
+def test_loaded_under_its_real_path(conformance):
+    """The runtime maps a plugin under its real path where nobody but its owner can switch what
+    that path names, so dladdr() + dirname() in the plugin find its install directory
+    (docs/vendors/plugin-location.md); installed otherwise, it sees /proc/self/fd/N."""
+    plugin = conformance.plugin
+    real = os.path.realpath(plugin.source.path)
+    entry = int(ffi.cast("uintptr_t", getattr(plugin.lib, abi.ENTRY_SYMBOL)))
+    mapped = pinned.mapped_name(entry)
+    assert mapped == real, (f"dladdr() names the plugin {mapped}, not its real path {real}, because "
+                            f"{plugin.location_note or 'of how it was loaded'}; a plugin that finds its own "
+                            "files beside itself would not find them (docs/vendors/plugin-location.md)")
+
+
+@pytest.mark.parametrize("minor, extra_bytes", [(abi.ABI_MINOR, 0), (abi.ABI_MINOR + 1, 0), (abi.ABI_MINOR + 7, 32)],
+                         ids=["requested", "newer-minor", "newer-minor-larger-struct"])
+def test_negotiation_accepts_this_and_every_newer_minor_of_major_1(conformance, minor, extra_bytes):
     status, api, _ = _get_api(conformance.plugin, abi.ABI_MAJOR, minor, extra_bytes)
     assert status == abi.SUCCESS, f"requesting ABI {abi.ABI_MAJOR}.{minor} returned {status_name(status)}"
     assert api != NULL
     assert api.abi_version.major == abi.ABI_MAJOR
     assert api.abi_version.minor >= abi.ABI_MIN_SUPPORTED_MINOR
+
+
+def test_negotiation_of_older_minors_accepts_or_refuses_by_name(conformance):
+    """A plugin may refuse a runtime minor it cannot serve (fl_abi.h, "COMPATIBILITY PROMISE": one
+    that never calls plugin_initialize), with FL_ERROR_INCOMPATIBLE_ABI and a message saying so;
+    from the lowest minor it accepts, it accepts every one."""
+    accepted_from = None
+    for minor in range(abi.ABI_MIN_SUPPORTED_MINOR, abi.ABI_MINOR):
+        status, api, _ = _get_api(conformance.plugin, abi.ABI_MAJOR, minor)
+        call = f"fl_plugin_get_api({abi.ABI_MAJOR}.{minor})"
+        if status == abi.SUCCESS:
+            assert api != NULL and api.abi_version.major == abi.ABI_MAJOR, call
+            accepted_from = minor if accepted_from is None else accepted_from
+            continue
+        assert accepted_from is None, f"{call} refused after {abi.ABI_MAJOR}.{accepted_from} was accepted"
+        _expect(conformance.plugin, status, "FL_ERROR_INCOMPATIBLE_ABI", call)
 
 
 def test_negotiation_refuses_major_2(conformance):
@@ -68,6 +100,67 @@ def _function_fields() -> list[str]:
     return [name for name, field in ffi.typeof("fl_api").fields if field.type.kind == "function"]
 
 
+def _lifecycle(conformance):
+    api = conformance.plugin.api
+    if not abi.struct_covers(api, "fl_api", "plugin_teardown"):
+        statuses.not_supported(f"the plugin speaks ABI {api.abi_version.major}.{api.abi_version.minor}: its table "
+                               "ends before the lifecycle calls (ABI 1.2)")
+    return api
+
+
+def test_lifecycle_calls_pair_up_and_leave_the_plugin_usable(conformance, device):
+    """fl_abi.h "LIFECYCLE": the runtime's own plugin_initialize holds the plugin; one more
+    initialise/teardown pair (a second client in the process) must leave it working."""
+    api = _lifecycle(conformance)
+    init = ffi.new("fl_plugin_initialize_args*", {"struct_size": ffi.sizeof("fl_plugin_initialize_args"),
+                                                  "runtime_major": abi.ABI_MAJOR, "runtime_minor": abi.ABI_MINOR})
+    down = ffi.new("fl_plugin_teardown_args*", {"struct_size": ffi.sizeof("fl_plugin_teardown_args")})
+    device.check(api.plugin_initialize(init), "plugin_initialize (a second client)")
+    device.check(api.plugin_teardown(down), "plugin_teardown (the second client's)")
+    stream, ptr = device.new_stream(), device.malloc(64)
+    device.h2d(stream, ptr, 0, bytes(range(64)))
+    assert device.read(stream, ptr, 0, 64) == bytes(range(64)), "the plugin stopped working after a teardown " \
+        "that paired a second initialise: teardowns must be counted"
+    device.free(ptr)
+    device.destroy_stream(stream)
+
+
+def test_lifecycle_and_ex_calls_check_their_arguments_struct(conformance, live):
+    """fl_abi.h "CALLS": a NULL args pointer is FL_ERROR_INVALID_POINTER, a struct_size below the
+    struct's is FL_ERROR_INVALID_VALUE, for every call added in ABI 1.2."""
+    api = _lifecycle(conformance)
+    for name, type_name in (("plugin_initialize", "fl_plugin_initialize_args"),
+                            ("plugin_teardown", "fl_plugin_teardown_args"),
+                            ("stream_create_ex", "fl_stream_create_args"),
+                            ("launch_kernel_ex", "fl_launch_kernel_args")):
+        call = getattr(api, name)
+        _expect(conformance.plugin, call(NULL), "FL_ERROR_INVALID_POINTER", f"{name}(NULL)")
+        short = ffi.new(f"{type_name}*", {"struct_size": ffi.sizeof("size_t")})
+        _expect(conformance.plugin, call(short), "FL_ERROR_INVALID_VALUE", f"{name}(struct_size={ffi.sizeof('size_t')})")
+
+
+def test_stream_create_ex_and_launch_kernel_ex_act_as_their_1_0_forms(conformance, device, live):
+    api = _lifecycle(conformance)
+    args = ffi.new("fl_stream_create_args*", {"struct_size": ffi.sizeof("fl_stream_create_args"), "device": 0,
+                                              "priority": -1})
+    device.check(api.stream_create_ex(args), "stream_create_ex(device=0, priority=-1)")
+    stream = args.stream
+    device.h2d(stream, live.ptr, 0, bytes(range(32)))
+    assert device.read(stream, live.ptr, 0, 32) == bytes(range(32)), "a stream from stream_create_ex lost a copy"
+    device.destroy_stream(stream)
+    bad_device = ffi.new("fl_stream_create_args*", {"struct_size": ffi.sizeof("fl_stream_create_args"),
+                                                    "device": _bad_device(live)})
+    _expect(conformance.plugin, api.stream_create_ex(bad_device), "FL_ERROR_INVALID_DEVICE",
+            "stream_create_ex(bad device)")
+    launch = ffi.new("fl_launch_kernel_args*", {"struct_size": ffi.sizeof("fl_launch_kernel_args"),
+                                                "stream": NULL, "kernel": live.kernel})
+    _expect(conformance.plugin, api.launch_kernel_ex(launch), "FL_ERROR_INVALID_HANDLE",
+            "launch_kernel_ex(stream=NULL)")
+    launch.stream, launch.kernel = live.stream, NULL
+    _expect(conformance.plugin, api.launch_kernel_ex(launch), "FL_ERROR_INVALID_HANDLE",
+            "launch_kernel_ex(kernel=NULL)")
+
+
 def test_table_covers_abi_1_0(conformance):
     api = conformance.plugin.api
     assert abi.struct_covers(api, "fl_api", "launch_kernel"), \
@@ -77,7 +170,11 @@ def test_table_covers_abi_1_0(conformance):
 
 @pytest.mark.parametrize("field", _function_fields())
 def test_function_pointer_is_set(conformance, field):
-    assert getattr(conformance.plugin.api, field) != NULL, f"fl_api.{field} is NULL"
+    api = conformance.plugin.api
+    if not abi.struct_covers(api, "fl_api", field):
+        statuses.not_supported(f"the plugin speaks ABI {api.abi_version.major}.{api.abi_version.minor}: its table "
+                               f"ends before fl_api.{field}")
+    assert getattr(api, field) != NULL, f"fl_api.{field} is NULL"
 
 
 def test_plugin_info_strings(conformance):
@@ -230,3 +327,22 @@ BAD_CALLS = [
 @pytest.mark.parametrize("name, call, expected", BAD_CALLS, ids=[name for name, _, _ in BAD_CALLS])
 def test_bad_argument_status(conformance, live, name, call, expected):
     _expect(conformance.plugin, call(live), expected, name)
+
+
+def test_launch_refuses_a_tensor_whose_extent_overflows(conformance, live):
+    """Sizes and strides whose extent, ((2-1)*2^62 + (2-1)*2^62 + 1) * 4 bytes, wraps past 2^64 to
+    4 bytes: a driver that multiplies without an overflow check finds those 4 bytes inside the
+    live allocation and hands the kernel a tensor reaching 2^65 bytes past it.  fl_abi.h,
+    "kernel calling convention": such a launch is FL_ERROR_INVALID_VALUE, before the kernel runs."""
+    if live.kernel == NULL:
+        statuses.not_supported("the plugin's kernel table is empty: no kernel to launch")
+    sizes, strides = ffi.new("int64_t[]", [2, 2]), ffi.new("int64_t[]", [1 << 62, 1 << 62])
+    tensor = ffi.new("fl_tensor*", {"struct_size": ffi.sizeof("fl_tensor"), "base": live.ptr, "byte_offset": 0,
+                                    "dtype": abi.DTYPE_TO_FL[torch.float32], "ndim": 2, "sizes": sizes,
+                                    "strides": strides})
+    args = ffi.new("fl_arg[]", 1)
+    args[0].kind, args[0].value.tensor = abi.ARG_TENSOR, tensor
+    status = live.dev.api.launch_kernel(live.stream, live.kernel, args, 1)
+    live.dev.api.stream_synchronize(live.stream)     # a kernel that ran anyway: its sticky error goes
+    _expect(conformance.plugin, status, "FL_ERROR_INVALID_VALUE",
+            "launch_kernel with a float32 tensor of sizes (2, 2) and strides (2^62, 2^62)")

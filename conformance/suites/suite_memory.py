@@ -1,17 +1,33 @@
-"""Memory: allocation alignment, byte-exact copies and memset, out-of-memory, accounting.
+"""Memory: allocation alignment, byte-exact copies and memset, out-of-memory, accounting,
+and pinned host memory (ABI 1.2).
 
 Properties run with hypothesis (sizes, alignments, offsets drawn; derandomised
 by the run's seed).  All traffic goes through one stream of device 0.
+
+Pinned host memory (fl_host_memory.h): a plugin that offers the extension must
+answer host_alloc/host_free with the statuses the header names, give blocks the
+host can read and write at any time, and keep copies between its devices and a
+block exact and in stream order: they may run truly asynchronously, but still
+after the work queued before them and before the work queued after (a copy from a
+block reads what a copy into it, queued earlier, wrote).  The ordering probe queues
+the copies behind >= 40 ms of measured busy work (conformance.stream_probes), so a
+copy that runs at enqueue instead of in stream order reads or leaves stale bytes
+every time.  A plugin without the extension: not_supported.
 """
 from __future__ import annotations
 
+import ctypes
 import random
 
+import pytest
 from hypothesis import given, strategies as st
 
 from fl_runtime.abi import ffi
+from fl_runtime.plugins.extensions import host_memory_of
 
-from conformance.harness import STATUS, status_name
+from conformance import statuses
+from conformance.harness import STATUS, status_name, text
+from conformance.stream_probes import CHUNK, PROBE_BYTES, measure_busy
 
 CATEGORY = "memory"
 
@@ -205,3 +221,136 @@ def test_live_allocations_survive_neighbours_freed_and_reused(device):
         for ptr in list(blocks.live):
             device.free(ptr)
         device.destroy_stream(stream)
+
+
+# ---- pinned host memory (ABI 1.2, fl_host_memory.h) ------------------------------------
+
+
+
+@pytest.fixture
+def host_memory(conformance):
+    ext = host_memory_of(conformance.plugin)
+    if ext is None:
+        statuses.not_supported("the plugin offers no pinned host-memory extension (fl_host_memory.h)")
+    probe = _alloc_args(device=0, size=64)
+    if ext.table.host_alloc(probe) == STATUS["FL_ERROR_NOT_SUPPORTED"]:   # a skeleton offered too early
+        statuses.not_supported(f"host_alloc declines: {text(conformance.plugin.api.last_error_message())}")
+    ext.free(int(ffi.cast("uintptr_t", probe.ptr)))
+    return ext
+
+
+def _alloc_args(**fields):
+    return ffi.new("fl_host_alloc_args*", {"struct_size": ffi.sizeof("fl_host_alloc_args"), **fields})
+
+
+def _free_args(ptr):
+    return ffi.new("fl_host_free_args*", {"struct_size": ffi.sizeof("fl_host_free_args"), "ptr": ptr})
+
+
+def _expect_status(conformance, status: int, expected: str, call: str) -> None:
+    assert status == STATUS[expected], f"{call} returned {status_name(status)}, expected {expected}"
+    assert text(conformance.plugin.api.last_error_message()).strip(), \
+        f"{call} failed with {expected} but last_error_message() is empty"
+
+
+def _device_count(conformance) -> int:
+    count = ffi.new("int32_t*")
+    conformance.plugin.api.device_count(count)
+    return count[0]
+
+
+def test_host_alloc_and_free_statuses(conformance, host_memory):
+    table = host_memory.table
+    bad = {
+        "host_alloc(NULL)": (table.host_alloc(ffi.NULL), "FL_ERROR_INVALID_POINTER"),
+        "host_alloc(struct_size=8)": (table.host_alloc(ffi.new("fl_host_alloc_args*", {"struct_size": 8})),
+                                      "FL_ERROR_INVALID_VALUE"),
+        "host_alloc(size=0)": (table.host_alloc(_alloc_args(device=0, size=0)), "FL_ERROR_INVALID_SIZE"),
+        "host_alloc(size=2^62)": (table.host_alloc(_alloc_args(device=0, size=1 << 62)), "FL_ERROR_INVALID_SIZE"),
+        "host_alloc(flags=1)": (table.host_alloc(_alloc_args(device=0, size=64, flags=1)), "FL_ERROR_INVALID_VALUE"),
+        "host_alloc(bad device)": (table.host_alloc(_alloc_args(device=_device_count(conformance), size=64)),
+                                   "FL_ERROR_INVALID_DEVICE"),
+        "host_free(NULL args)": (table.host_free(ffi.NULL), "FL_ERROR_INVALID_POINTER"),
+        "host_free(a host buffer of its own)": (table.host_free(_free_args(ffi.new("char[]", 64))),
+                                                "FL_ERROR_INVALID_POINTER"),
+    }
+    for call, (status, expected) in bad.items():
+        _expect_status(conformance, status, expected, call)
+    args = _alloc_args(device=0, size=4096)
+    assert table.host_alloc(args) == 0, f"host_alloc(4096) failed: {text(conformance.plugin.api.last_error_message())}"
+    block = args.ptr
+    _expect_status(conformance, table.host_free(_free_args(ffi.cast("char*", block) + 64)), "FL_ERROR_INVALID_POINTER",
+            "host_free(an interior pointer)")
+    assert table.host_free(_free_args(block)) == 0, "host_free of a live block failed"
+    _expect_status(conformance, table.host_free(_free_args(block)), "FL_ERROR_INVALID_POINTER", "host_free twice")
+
+
+def test_blocks_are_aligned_distinct_and_writable_by_the_host(host_memory):
+    sizes = [1, 63, 4096, 100_003, 1 << 20]
+    blocks = [host_memory.alloc(0, size) for size in sizes]
+    try:
+        for address, size in zip(blocks, sizes):
+            assert address % 64 == 0, f"a {size}-byte block at 0x{address:x} is not 64-byte aligned"
+            ctypes.memset(address, size % 251, size)          # the host may write it at any time
+        ends = sorted((address, address + size) for address, size in zip(blocks, sizes))
+        assert all(end <= start for (_, end), (start, _) in zip(ends, ends[1:])), "two live blocks overlap"
+        for address, size in zip(blocks, sizes):
+            assert ctypes.string_at(address, size) == bytes([size % 251]) * size, "a block lost the host's bytes"
+    finally:
+        for address in blocks:
+            host_memory.free(address)
+
+
+@pytest.fixture
+def pinned_setup(device, host_memory):
+    """A stream with busy work measured on it, two device buffers, two pinned blocks."""
+    stream = device.new_stream()
+    scratch, first, second = device.malloc(2 * CHUNK), device.malloc(PROBE_BYTES), device.malloc(PROBE_BYTES)
+    blocks = [host_memory.alloc(0, PROBE_BYTES) for _ in range(2)]
+    try:
+        yield measure_busy(device, stream, scratch), stream, first, second, blocks
+    finally:
+        device.synchronize(stream)
+        for address in blocks:
+            host_memory.free(address)
+        for ptr in (scratch, first, second):
+            device.free(ptr)
+        device.destroy_stream(stream)
+
+
+def _h2d(device, stream, dst: int, address: int) -> None:
+    device.check(device.api.memcpy_h2d_async(stream, dst, 0, ffi.cast("void*", address), PROBE_BYTES),
+                 "memcpy_h2d_async (from a pinned block)")
+
+
+def _d2h(device, stream, address: int, src: int) -> None:
+    device.check(device.api.memcpy_d2h_async(stream, ffi.cast("void*", address), src, 0, PROBE_BYTES),
+                 "memcpy_d2h_async (into a pinned block)")
+
+
+def test_copies_through_pinned_blocks_are_exact_and_in_stream_order(device, pinned_setup):
+    """Behind busy work: memset a device buffer, copy it into pinned block A, A into a second
+    device buffer, that into pinned block B.  B must hold the memset's bytes: each copy ran
+    after the one before it on the stream, whatever the host did meanwhile."""
+    busy, stream, first, second, (block_a, block_b) = pinned_setup
+    pattern = bytes((i * 7 + 3) % 256 for i in range(PROBE_BYTES))
+    for round_, fill in enumerate((0x5A, 0xC3)):
+        ctypes.memmove(block_a, pattern, PROBE_BYTES)        # stale bytes the copies must replace
+        ctypes.memset(block_b, 0, PROBE_BYTES)
+        device.h2d(stream, second, 0, bytes(PROBE_BYTES))
+        device.synchronize(stream)
+        busy.enqueue(stream)
+        device.memset(stream, first, 0, fill, PROBE_BYTES)
+        _d2h(device, stream, block_a, first)
+        _h2d(device, stream, second, block_a)
+        _d2h(device, stream, block_b, second)
+        device.synchronize(stream)
+        got = ctypes.string_at(block_b, PROBE_BYTES)
+        assert got == bytes([fill]) * PROBE_BYTES, (
+            f"round {round_}: a copy through pinned memory ran out of stream order or inexactly: the last "
+            f"block holds {got[:8].hex()}..., expected {fill:02x}")
+    ctypes.memmove(block_a, pattern, PROBE_BYTES)          # and a plain round trip, byte for byte
+    _h2d(device, stream, first, block_a)
+    _d2h(device, stream, block_b, first)
+    device.synchronize(stream)
+    assert ctypes.string_at(block_b, PROBE_BYTES) == pattern, "a round trip through pinned blocks changed bytes"

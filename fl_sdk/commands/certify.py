@@ -19,7 +19,7 @@ def register(subparsers) -> None:
     cmd.add_argument("--json", metavar="FILE", help="keep the JSON report of the run here")
     cmd.add_argument("--add-torch", metavar="PYTHON", help="extend the existing certificate to another PyTorch "
                      "minor: run the cert profile with this interpreter (a venv with that torch and torch-fl) "
-                     "and add its minor (README \"Supported PyTorch versions\")")
+                     "and add its minor (docs/vendors/certify.md)")
     cmd.add_argument("--extend", action="store_true", help="with --report: add that report's PyTorch minor to "
                      "the existing certificate instead of issuing a new one")
     cmd.add_argument("--passphrase-file", metavar="FILE",

@@ -19,6 +19,17 @@
  *    whose minor is at least FL_ABI_MIN_SUPPORTED_MINOR.  A plugin built against
  *    an older minor keeps loading; functions it does not have (table too short)
  *    are reported as not supported.  A different major is refused by name.
+ *  - A plugin may refuse a runtime minor it cannot serve (one that predates a
+ *    call the plugin needs, e.g. plugin_initialize, 1.2) with
+ *    FL_ERROR_INCOMPATIBLE_ABI; it serves every minor from the lowest it
+ *    accepts up, newer ones included.  Refusing a minor of its own major, it
+ *    may leave *out pointing at its table: the runtime then reads only
+ *    abi_version and last_error_message from it, to say why.
+ *  - CHANGELOG.md beside this header says, per minor, what was added and what
+ *    a plugin of an older minor keeps doing.  Optional feature sets live in
+ *    headers of their own (fl_collectives.h, fl_host_memory.h), each with its
+ *    FL_CDEF region; this header includes fl_collectives.h (1.1 code that found
+ *    the collectives here keeps compiling); include the others where you use them.
  *  - Enums are 32-bit (pinned by FL_..._FORCE_32BIT), integers fixed-width.
  *  - Device addresses (fl_devptr) are opaque to the runtime: it never
  *    dereferences them and only passes (address, byte offset) pairs back.
@@ -39,11 +50,53 @@
  * plugin fills only whole fields that size covers and writes back the size it
  * filled.
  *
+ * STRUCT SIZES: FL_DEFINE_STRUCT_TRAITS(type, last_field) (after the
+ * declarations below) defines type_STRUCT_SIZE, the size of `type` up to and
+ * including its last field: what a caller puts in struct_size.  When a later
+ * minor appends a field, the traits line names the new last field, and a
+ * callee still accepts the shorter size of the minor that introduced the call,
+ * reading the new field only when FL_STRUCT_HAS_FIELD says it is there.
+ *
+ * POINTER LIFETIMES (what the plugin hands the runtime):
+ *  - the fl_api table, its fl_plugin_info and every string that record points
+ *    at, the kernel table (every fl_kernel_entry, its op string and impl) and
+ *    every extension struct of the chain: from the fl_plugin_get_api call that
+ *    returned them until the process ends.  The runtime never unloads a plugin
+ *    and reads them without copying; plugin_teardown does not end them.
+ *  - last_error_message()'s string: until the calling thread's next failing
+ *    call into the plugin.
+ *  - streams, events and communicators: until their destroy call; device
+ *    addresses: until fl_free; both are never valid across a plugin_teardown.
+ * What the runtime hands the plugin (arguments structs, launch arguments, host
+ * buffers of copies) is valid only during the call unless a call says
+ * otherwise (launch_kernel's LIFETIMES, the copies' host buffers).
+ *
+ * LIFECYCLE (ABI 1.2): a runtime that speaks 1.2 calls plugin_initialize once,
+ * right after fl_plugin_get_api succeeded and before any other function of the
+ * table but last_error_message; a failure there refuses the plugin with its
+ * message, and nothing else is called.  The driver is set up there, where a
+ * failure can be reported, not in a library constructor.  Calls pair up: each
+ * successful plugin_initialize is matched by at most one plugin_teardown; a
+ * plugin counts them, sets up on the first and releases on the last, because
+ * one process may hold the plugin for several clients (the runtime, a tool).
+ * After the last teardown the runtime makes no call until a new
+ * plugin_initialize.  The runtime does not tear a plugin down at process exit
+ * while tensors may still be alive (the process takes the plugin's memory
+ * and threads with it); it tears down a plugin it stops using (one refused
+ * after initialisation) and tools that load a plugin briefly do.  A runtime
+ * older than 1.2 calls neither: a plugin that needs them refuses such a
+ * runtime in fl_plugin_get_api (see COMPATIBILITY PROMISE); one that sets up
+ * lazily serves it.
+ *
  * ADDRESSES: a copy or tensor may point anywhere inside a live allocation
  * (base + offset); fl_free takes exactly what fl_malloc returned.  Host<->device
  * copies and memset act on the device of the stream they are enqueued on.
  * Events may be recorded only on streams of their own device; any stream may
- * wait on any event; waiting on a never-recorded event does not wait.
+ * wait on any event; waiting on a never-recorded event does not wait.  An
+ * event record is work of its stream: stream_query is FL_SUCCESS only once
+ * every record enqueued on it is complete, and once the last thing enqueued
+ * on a stream is a record that event_query reports complete, stream_query on
+ * that stream is FL_SUCCESS too (PyTorch's Stream.query relies on both).
  */
 #ifndef TORCH_FL_ABI_H
 #define TORCH_FL_ABI_H
@@ -59,10 +112,13 @@ extern "C" {
     (offsetof(type, last_field) + sizeof(((type *)0)->last_field))
 #define FL_STRUCT_HAS_FIELD(ptr, type, field) \
     ((ptr)->struct_size >= FL_STRUCT_SIZE(type, field))
+/* type_STRUCT_SIZE for a size-prefixed struct (see "STRUCT SIZES"). */
+#define FL_DEFINE_STRUCT_TRAITS(type, last_field) \
+    enum { type##_STRUCT_SIZE = FL_STRUCT_SIZE(type, last_field) }
 
 /* FL_CDEF_BEGIN */
 #define FL_ABI_VERSION_MAJOR 1
-#define FL_ABI_VERSION_MINOR 1
+#define FL_ABI_VERSION_MINOR 2
 #define FL_ABI_MIN_SUPPORTED_MINOR 0
 #define FL_NAME_MAX 64
 #define FL_UUID_MAX 40
@@ -87,7 +143,16 @@ typedef enum fl_status {
     FL_STATUS_FORCE_32BIT = 0x7fffffff
 } fl_status;
 
-/* Element types.  The kernel table's dtype masks use (1ull << fl_dtype). */
+/* Element types.  The kernel table's dtype masks use (1ull << fl_dtype).
+ * The float8 types (ABI 1.2) are PyTorch's: 1 sign bit, then exponent and
+ * mantissa bits (e4m3 / e5m2), bias 7 / 15 (fn, plain) or 8 / 16 (fnuz).
+ * FN has no infinity and one NaN pattern per sign (S.1111.111); plain e5m2 is
+ * IEEE-like (infinities, NaNs); FNUZ has no infinity, no negative zero and one
+ * NaN, 0x80.  Conversions to them round to nearest even and follow PyTorch's
+ * CPU casts bit for bit (docs/vendors/fp8.md): float64 goes through float32
+ * first; NaN stays NaN; a value past the largest finite one saturates to it for
+ * e4m3fn, becomes infinity for e5m2 and NaN for the fnuz types.  A 1.1 plugin
+ * never sees them: its masks have no such bits. */
 typedef enum fl_dtype {
     FL_FLOAT32 = 0,
     FL_FLOAT64 = 1,
@@ -100,7 +165,12 @@ typedef enum fl_dtype {
     FL_INT64 = 8,
     FL_BOOL = 9,
     FL_COMPLEX64 = 10,
-    FL_DTYPE_COUNT = 11,
+    /* ABI 1.2 */
+    FL_FLOAT8_E4M3FN = 11,
+    FL_FLOAT8_E5M2 = 12,
+    FL_FLOAT8_E4M3FNUZ = 13,
+    FL_FLOAT8_E5M2FNUZ = 14,
+    FL_DTYPE_COUNT = 15,        /* 11 in ABI 1.0 and 1.1 */
     FL_DTYPE_FORCE_32BIT = 0x7fffffff
 } fl_dtype;
 
@@ -144,6 +214,30 @@ typedef struct fl_device_properties {
  * as FL_ARG_INT_LIST {seed, offset}: kernels draw from a counter-based
  * generator keyed by seed at counter offset + element index, so results are
  * reproducible and the runtime, not the plugin, owns the RNG state.
+ *
+ * ARGUMENTS THAT SHARE MEMORY (stated in ABI 1.2; the runtime always passed
+ * such calls).  Tensors of one call may lie in one allocation.  The runtime
+ * passes calls as the user wrote them, without copying: x.copy_(x.t()),
+ * a[1:].copy_(a[:-1]), an in-place op whose other input is a view of its
+ * output (a[1:].add_(a[:-1])), out= overlapping an input, index_put_ or
+ * index_add_ with values taken from the tensor they write.  What every kernel
+ * promises, per kind of op:
+ *  - copy_, elementwise ops (unary, binary, ternary; functional, in-place and
+ *    out=), reductions and indexing that write a tensor they also read from,
+ *    and every other kernel: it computes as if it had read all of its inputs
+ *    before writing any output.  An output may be the very same view as an
+ *    input (in-place forms) or overlap it partially.  PyTorch's CPU refuses
+ *    most partial overlaps; the answer a kernel gives is the one PyTorch gives
+ *    for the same call with that input cloned first.  The SDK's elementwise
+ *    engine and copy helpers do it (flk_unshare, fl_kernel.h); a kernel of its
+ *    own reads an overlapping input from a private copy, or orders its reads.
+ *  - Inputs may overlap each other freely (they are only read).
+ *  - Outputs never overlap each other, and an output never has two elements at
+ *    one address (a stride 0 over a size > 1): PyTorch refuses those calls.
+ * Chosen over the runtime copying overlapping inputs first: only the kernel
+ * knows whether its order of reads and writes is safe (an elementwise kernel
+ * on the very same view needs no copy), and checking every launch's tensors
+ * would cost the runtime's hot path on every in-place call.
  */
 typedef struct fl_tensor {   /* an FL_ARG_TENSOR's value is never NULL */
     size_t struct_size;
@@ -208,6 +302,48 @@ typedef struct fl_plugin_info {
     const char *plugin_version;
 } fl_plugin_info;
 
+/* ---- ABI 1.2: the arguments structs of the table's 1.2 calls ----------------
+ * ("CALLS" below says the rule; "LIFECYCLE" above when the runtime calls them) */
+typedef struct fl_plugin_initialize_args {
+    size_t struct_size;
+    const struct fl_extension_base *extension_start;
+    uint32_t runtime_major;          /* the ABI the runtime speaks (it negotiated this major) */
+    uint32_t runtime_minor;
+} fl_plugin_initialize_args;
+/* plugin_initialize: FL_SUCCESS once the driver is usable (again: a repeated
+ * call only counts); any error refuses the plugin with last_error_message
+ * (e.g. FL_ERROR_DRIVER: the chip's driver is missing or too old). */
+
+typedef struct fl_plugin_teardown_args {
+    size_t struct_size;
+    const struct fl_extension_base *extension_start;
+} fl_plugin_teardown_args;
+/* plugin_teardown: releases what the matching plugin_initialize set up, on the
+ * last of the pairs (see "LIFECYCLE"); FL_ERROR_INVALID_VALUE when no
+ * initialisation is left to tear down. */
+
+typedef struct fl_stream_create_args {
+    size_t struct_size;
+    const struct fl_extension_base *extension_start;
+    int32_t device;
+    int32_t priority;                /* 0: the default; lower runs first when work competes
+                                      * (CUDA's convention).  A hint: a plugin without
+                                      * priorities treats every value as 0 */
+    fl_stream stream;                /* out; destroyed with stream_destroy */
+} fl_stream_create_args;
+/* stream_create_ex: as stream_create, same statuses. */
+
+typedef struct fl_launch_kernel_args {
+    size_t struct_size;
+    const struct fl_extension_base *extension_start;
+    fl_stream stream;
+    const fl_kernel_entry *kernel;
+    const fl_arg *args;              /* as launch_kernel's, with its LIFETIMES */
+    uint32_t nargs;
+    uint32_t flags;                  /* reserved, 0 */
+} fl_launch_kernel_args;
+/* launch_kernel_ex: as launch_kernel, same statuses and declines. */
+
 typedef struct fl_api {
     size_t struct_size;
     fl_abi_version abi_version;       /* the version this table speaks */
@@ -260,7 +396,7 @@ typedef struct fl_api {
      * so a plugin copies whatever its queued work still needs before returning.
      * The device memory the tensors name stays allocated, and is not written by
      * the runtime, until the stream has run the kernel (the runtime's allocator
-     * tracks the stream; README "Device API").
+     * tracks the stream; docs/users/devices.md).
      * launch_kernel may refuse a call it cannot take (e.g. a 3-d convolution
      * behind a 2-d "convolution" kernel) by returning FL_ERROR_NOT_SUPPORTED
      * before it enqueues anything; the runtime then runs that call through its
@@ -273,6 +409,15 @@ typedef struct fl_api {
      * when the plugin offers no optional feature set.  Static for the plugin's
      * lifetime.  A 1.0 table ends before this field (its struct_size says so). */
     const struct fl_extension_base *extension_start;
+
+    /* ABI 1.2: the lifecycle (see "LIFECYCLE" above) and the arguments-struct
+     * forms of stream_create and launch_kernel, which later minors grow by
+     * appending parameters (see "CALLS" below).  A 1.1 table ends before
+     * plugin_initialize. */
+    fl_status (*plugin_initialize)(fl_plugin_initialize_args *args);
+    fl_status (*plugin_teardown)(fl_plugin_teardown_args *args);
+    fl_status (*stream_create_ex)(fl_stream_create_args *args);
+    fl_status (*launch_kernel_ex)(fl_launch_kernel_args *args);
 } fl_api;
 
 /* ==== ABI 1.1 ================================================================
@@ -290,9 +435,18 @@ typedef struct fl_api {
  * minor can append parameters and an older plugin reads only what it knows
  * (FL_STRUCT_HAS_FIELD).  Output fields live in the same struct.  An args
  * pointer is only valid during the call; the plugin copies what it keeps.
+ * From ABI 1.2 on, the second field of every arguments struct is
+ * `extension_start`: a chain of fl_extension_base-headed structs the caller may
+ * attach for optional parameters of that call (NULL when none; a callee skips
+ * types it does not know), as PJRT's calls do.  (The 1.1 collectives structs
+ * predate this and keep their layout.)  Every such call answers
+ * FL_ERROR_INVALID_POINTER for a NULL args pointer and FL_ERROR_INVALID_VALUE
+ * for a struct_size smaller than the struct had in the minor that introduced
+ * the call.
  */
 typedef enum fl_extension_type {
-    FL_EXTENSION_COLLECTIVES = 1,      /* fl_collectives_extension */
+    FL_EXTENSION_COLLECTIVES = 1,      /* fl_collectives_extension (fl_collectives.h, ABI 1.1) */
+    FL_EXTENSION_HOST_MEMORY = 2,      /* fl_host_memory_extension (fl_host_memory.h, ABI 1.2) */
     FL_EXTENSION_TYPE_FORCE_32BIT = 0x7fffffff
 } fl_extension_type;
 
@@ -303,215 +457,30 @@ typedef struct fl_extension_base {
     const struct fl_extension_base *next;  /* the next extension, or NULL */
 } fl_extension_base;
 
-/* ---- collectives (FL_EXTENSION_COLLECTIVES) ----------------------------------
- *
- * RENDEZVOUS: a unique id, as NCCL/HCCL/CNCL bootstrap.  Rank 0 asks its plugin
- * for an fl_comm_unique_id, the runtime carries those bytes to every rank
- * through torch.distributed's c10d store, and every rank calls comm_create
- * with them.  Chosen over key-value callbacks (PJRT's choice) because
- * (1) the runtime is Python over cffi: a callback the plugin invokes from its
- * own threads would take the GIL and re-enter the c10d store from inside a
- * plugin call, which deadlocks as soon as the plugin holds a lock of its own;
- * (2) every vendor collective library already bootstraps this way, so a plugin
- * maps these calls 1:1 onto its library; (3) what crosses the store is a fixed
- * FL_COMM_UNIQUE_ID_BYTES blob, opaque to the runtime.
- *
- * A communicator binds one device of this process to one rank of a group of
- * `size` ranks (one device per rank, one process per rank or several).  All
- * ranks must enqueue the same collectives on a communicator in the same order
- * (as NCCL requires); send/recv pairs match in order per (sender, receiver).
- *
- * ORDERING: a collective is enqueued on `stream` (a stream of the
- * communicator's device) and runs when the stream reaches it, after the work
- * queued before it, like a kernel; the calling thread does not wait for
- * peers.  It completes (stream_synchronize / an event recorded after it) once
- * this rank's receive buffer holds the result.  Errors found at enqueue time
- * are returned by the call; errors found while running (FL_ERROR_TIMEOUT,
- * FL_ERROR_COLLECTIVE_MISMATCH, FL_ERROR_DRIVER) are sticky on the stream
- * (see ERRORS above).
- *
- * BUFFERS: a (base, offset) pair names count elements of dtype from
- * base + offset in a live allocation of the communicator's device; they must
- * stay allocated and untouched by other work until the collective completes
- * (the runtime orders them as it orders kernel arguments).  Send and receive
- * buffers may be the same (in place) for all_reduce and broadcast; for the
- * others they must not overlap.  count 0 is valid and does nothing.
- *
- * STATUSES, every collective call: FL_ERROR_INVALID_POINTER (args NULL, a
- * buffer outside a live allocation), FL_ERROR_INVALID_HANDLE (comm or stream
- * unknown or destroyed), FL_ERROR_INVALID_VALUE (struct_size too small, the
- * stream's device is not the communicator's, dtype not in the extension's
- * dtypes, op not in reduce_ops, root or peer out of range or (send/recv) the
- * caller itself, a buffer overrun), FL_ERROR_NOT_SUPPORTED (a legal request
- * this plugin cannot serve).  last_error_message explains each.
- */
-#define FL_COMM_UNIQUE_ID_BYTES 128
-
-typedef struct fl_comm_impl *fl_comm;      /* opaque */
-
-typedef enum fl_reduce_op {
-    FL_REDUCE_SUM = 0,
-    FL_REDUCE_PROD = 1,
-    FL_REDUCE_MIN = 2,
-    FL_REDUCE_MAX = 3,
-    FL_REDUCE_AVG = 4,     /* sum / size; floating dtypes only */
-    FL_REDUCE_OP_FORCE_32BIT = 0x7fffffff
-} fl_reduce_op;
-
-typedef struct fl_comm_unique_id {
-    char internal[FL_COMM_UNIQUE_ID_BYTES];   /* opaque bytes, copied verbatim between ranks */
-} fl_comm_unique_id;
-
-typedef struct fl_comm_get_unique_id_args {
-    size_t struct_size;
-    int32_t device;                  /* a device of this plugin (rank 0's) */
-    fl_comm_unique_id *unique_id;    /* out; caller-owned, written before the call returns */
-} fl_comm_get_unique_id_args;
-
-typedef struct fl_comm_create_args {
-    size_t struct_size;
-    int32_t device;                  /* the device this rank's collectives run on */
-    int32_t rank;                    /* 0 <= rank < size */
-    int32_t size;                    /* 1 <= size <= the extension's max_ranks */
-    uint32_t timeout_ms;             /* how long any collective waits for peers (0: the plugin's default) */
-    const fl_comm_unique_id *unique_id; /* read during the call only */
-    fl_comm comm;                    /* out; valid until comm_destroy */
-} fl_comm_create_args;
-/* comm_create may block until every rank has called it (or timeout_ms passes:
- * FL_ERROR_TIMEOUT); FL_ERROR_INVALID_DEVICE for a bad device,
- * FL_ERROR_INVALID_VALUE for a bad rank/size or a unique id this plugin did not
- * make, FL_ERROR_DRIVER when the transport cannot be set up. */
-
-typedef struct fl_comm_destroy_args {
-    size_t struct_size;
-    fl_comm comm;                    /* invalid after the call; work already enqueued on it completes first */
-} fl_comm_destroy_args;
-
-typedef struct fl_all_reduce_args {
-    size_t struct_size;
-    fl_comm comm;
-    fl_stream stream;
-    fl_devptr send_base;             /* count elements; may equal recv (in place) */
-    uint64_t send_offset;
-    fl_devptr recv_base;             /* count elements: the reduction over ranks */
-    uint64_t recv_offset;
-    uint64_t count;
-    int32_t dtype;                   /* fl_dtype */
-    int32_t op;                      /* fl_reduce_op */
-} fl_all_reduce_args;
-
-typedef struct fl_broadcast_args {
-    size_t struct_size;
-    fl_comm comm;
-    fl_stream stream;
-    fl_devptr send_base;             /* count elements, read on root only */
-    uint64_t send_offset;
-    fl_devptr recv_base;             /* count elements, written on every rank (root included) */
-    uint64_t recv_offset;
-    uint64_t count;
-    int32_t dtype;
-    int32_t root;
-} fl_broadcast_args;
-
-typedef struct fl_all_gather_args {
-    size_t struct_size;
-    fl_comm comm;
-    fl_stream stream;
-    fl_devptr send_base;             /* send_count elements */
-    uint64_t send_offset;
-    fl_devptr recv_base;             /* size * send_count elements, rank r's at r * send_count */
-    uint64_t recv_offset;
-    uint64_t send_count;
-    int32_t dtype;
-    int32_t reserved;                /* 0 */
-} fl_all_gather_args;
-
-typedef struct fl_reduce_scatter_args {
-    size_t struct_size;
-    fl_comm comm;
-    fl_stream stream;
-    fl_devptr send_base;             /* size * recv_count elements */
-    uint64_t send_offset;
-    fl_devptr recv_base;             /* recv_count elements: block `rank` of the reduction */
-    uint64_t recv_offset;
-    uint64_t recv_count;
-    int32_t dtype;
-    int32_t op;                      /* fl_reduce_op */
-} fl_reduce_scatter_args;
-
-typedef struct fl_all_to_all_args {
-    size_t struct_size;
-    fl_comm comm;
-    fl_stream stream;
-    fl_devptr send_base;             /* size blocks of count elements, block j goes to rank j */
-    uint64_t send_offset;
-    fl_devptr recv_base;             /* size blocks of count elements, block j came from rank j */
-    uint64_t recv_offset;
-    uint64_t count;                  /* elements per block */
-    int32_t dtype;
-    int32_t reserved;                /* 0 */
-} fl_all_to_all_args;
-
-typedef struct fl_send_args {
-    size_t struct_size;
-    fl_comm comm;
-    fl_stream stream;
-    fl_devptr send_base;             /* count elements */
-    uint64_t send_offset;
-    uint64_t count;
-    int32_t dtype;
-    int32_t peer;                    /* the receiving rank */
-} fl_send_args;
-
-typedef struct fl_recv_args {
-    size_t struct_size;
-    fl_comm comm;
-    fl_stream stream;
-    fl_devptr recv_base;             /* count elements */
-    uint64_t recv_offset;
-    uint64_t count;
-    int32_t dtype;
-    int32_t peer;                    /* the sending rank */
-} fl_recv_args;
-
-typedef fl_status (*fl_comm_get_unique_id_fn)(fl_comm_get_unique_id_args *args);
-typedef fl_status (*fl_comm_create_fn)(fl_comm_create_args *args);
-typedef fl_status (*fl_comm_destroy_fn)(fl_comm_destroy_args *args);
-typedef fl_status (*fl_all_reduce_fn)(fl_all_reduce_args *args);
-typedef fl_status (*fl_broadcast_fn)(fl_broadcast_args *args);
-typedef fl_status (*fl_all_gather_fn)(fl_all_gather_args *args);
-typedef fl_status (*fl_reduce_scatter_fn)(fl_reduce_scatter_args *args);
-typedef fl_status (*fl_all_to_all_fn)(fl_all_to_all_args *args);
-typedef fl_status (*fl_send_fn)(fl_send_args *args);
-typedef fl_status (*fl_recv_fn)(fl_recv_args *args);
-
-typedef struct fl_collectives_extension {
-    fl_extension_base base;          /* type FL_EXTENSION_COLLECTIVES */
-    uint64_t dtypes;                 /* mask of (1ull << fl_dtype) every collective accepts */
-    uint32_t reduce_ops;             /* mask of (1u << fl_reduce_op) all_reduce/reduce_scatter accept */
-    int32_t max_ranks;               /* the largest communicator size */
-    /* Required when the extension is present: */
-    fl_comm_get_unique_id_fn comm_get_unique_id;
-    fl_comm_create_fn comm_create;
-    fl_comm_destroy_fn comm_destroy;
-    /* Each optional (NULL: the runtime uses its host-staged path for that call): */
-    fl_all_reduce_fn all_reduce;
-    fl_broadcast_fn broadcast;
-    fl_all_gather_fn all_gather;
-    fl_reduce_scatter_fn reduce_scatter;
-    fl_all_to_all_fn all_to_all;
-    fl_send_fn send;
-    fl_recv_fn recv;
-} fl_collectives_extension;
-
 typedef fl_status (*fl_plugin_get_api_fn)(const fl_abi_version *requested, const fl_api **out);
 fl_status fl_plugin_get_api(const fl_abi_version *requested, const fl_api **out);
 /* FL_CDEF_END */
 
 #define FL_PLUGIN_ENTRY_SYMBOL "fl_plugin_get_api"
 
+FL_DEFINE_STRUCT_TRAITS(fl_abi_version, minor);
+FL_DEFINE_STRUCT_TRAITS(fl_device_properties, flags);
+FL_DEFINE_STRUCT_TRAITS(fl_tensor, strides);
+FL_DEFINE_STRUCT_TRAITS(fl_kernel_entry, impl);
+FL_DEFINE_STRUCT_TRAITS(fl_plugin_info, plugin_version);
+FL_DEFINE_STRUCT_TRAITS(fl_api, launch_kernel_ex);
+FL_DEFINE_STRUCT_TRAITS(fl_extension_base, next);
+FL_DEFINE_STRUCT_TRAITS(fl_plugin_initialize_args, runtime_minor);
+FL_DEFINE_STRUCT_TRAITS(fl_plugin_teardown_args, extension_start);
+FL_DEFINE_STRUCT_TRAITS(fl_stream_create_args, stream);
+FL_DEFINE_STRUCT_TRAITS(fl_launch_kernel_args, flags);
+
 #ifdef __cplusplus
 }
 #endif
+
+/* The collectives extension was declared here in ABI 1.1; code written then
+ * finds it through this header still. */
+#include "fl_collectives.h"
 
 #endif /* TORCH_FL_ABI_H */

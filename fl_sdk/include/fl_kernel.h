@@ -24,7 +24,7 @@
  *    The driver runs a kernel with every tensor's `base` rewritten to an
  *    address the kernel can use, so element [0,...,0] is at flk_data(t).
  * 2. dtypes: masks, facts, unaligned element types, float16/bfloat16,
- *    vectorisable float32 exp/log.
+ *    float8 (the four PyTorch formats, ABI 1.2), vectorisable float32 exp/log.
  * 3. element load/store and bulk conversion (PyTorch's cast semantics).
  * 4. tensors: sizes, contiguity, element addresses, overlap.
  * 5. arguments: checked access (flk_args + flk_get_*), every failure a
@@ -164,6 +164,11 @@ static inline void *flk_data(const fl_tensor *t) {
 #define FLK_INT_TYPES                                                              \
     (FLK_DT(FL_INT8) | FLK_DT(FL_UINT8) | FLK_DT(FL_INT16) | FLK_DT(FL_INT32) | \
      FLK_DT(FL_INT64))
+/* float8 (ABI 1.2): kept out of FLK_FLOAT_TYPES and flk_is_floating, as PyTorch keeps
+ * them out of type promotion; a kernel opts in with FLK_FP8_TYPES */
+#define FLK_FP8_TYPES                                                                    \
+    (FLK_DT(FL_FLOAT8_E4M3FN) | FLK_DT(FL_FLOAT8_E5M2) | FLK_DT(FL_FLOAT8_E4M3FNUZ) | \
+     FLK_DT(FL_FLOAT8_E5M2FNUZ))
 #define FLK_NUM_TYPES (FLK_FLOAT_TYPES | FLK_INT_TYPES)          /* no bool, no complex */
 #define FLK_REAL_TYPES (FLK_FLOAT_TYPES | FLK_INT_TYPES | FLK_DT(FL_BOOL)) /* all but complex */
 #define FLK_F32_F64 (FLK_DT(FL_FLOAT32) | FLK_DT(FL_FLOAT64))
@@ -186,12 +191,17 @@ static inline size_t flk_dtype_size(int32_t dt) {
     case FL_FLOAT32: case FL_INT32: return 4;
     case FL_FLOAT16: case FL_BFLOAT16: case FL_INT16: return 2;
     case FL_INT8: case FL_UINT8: case FL_BOOL: return 1;
+    case FL_FLOAT8_E4M3FN: case FL_FLOAT8_E5M2: case FL_FLOAT8_E4M3FNUZ: case FL_FLOAT8_E5M2FNUZ: return 1;
     default: return 0;
     }
 }
 
 static inline int flk_is_floating(int32_t dt) {
     return dt == FL_FLOAT32 || dt == FL_FLOAT64 || dt == FL_FLOAT16 || dt == FL_BFLOAT16;
+}
+
+static inline int flk_is_fp8(int32_t dt) {
+    return dt == FL_FLOAT8_E4M3FN || dt == FL_FLOAT8_E5M2 || dt == FL_FLOAT8_E4M3FNUZ || dt == FL_FLOAT8_E5M2FNUZ;
 }
 
 /* integral, bool excluded */
@@ -244,6 +254,17 @@ static inline uint16_t flk_float_to_bf16(float f) {
     uint32_t rounded = (u + (((u >> 16) & 1) + UINT32_C(0x7FFF))) >> 16;
     return (uint16_t)(f != f ? UINT32_C(0x7FC0) : rounded);
 }
+
+/* float8 <-> float32 (dtype.c), PyTorch's CPU casts bit for bit (fl_abi.h,
+ * fl_dtype): to float8 rounds to nearest even; NaN stays NaN (0x7f | sign for
+ * e4m3fn and e5m2, 0x80 for the fnuz types); past the largest finite value
+ * e4m3fn saturates, e5m2 gives infinity, the fnuz types NaN; fnuz has no -0.
+ * From float8 is exact (NaNs as PyTorch widens them).  `dt` must be a float8
+ * dtype.  A float64 value converts to float8 through float32, as PyTorch does. */
+uint8_t flk_fp8_from_float(float f, int32_t dt);
+float flk_fp8_to_float(uint8_t bits, int32_t dt);
+/* 1 when `bits` is a NaN of float8 dtype `dt`. */
+int flk_fp8_is_nan(uint8_t bits, int32_t dt);
 
 /* exp for float32, branch-free so loops calling it vectorise (libm's expf
  * does not): Cephes' range reduction and polynomial, <= 1 ulp from the
@@ -334,9 +355,10 @@ int64_t flk_load_i64(const void *p, int32_t dt);   /* floats truncate toward 0 *
 void flk_store_f64(void *p, int32_t dt, double v); /* floats->ints as PyTorch casts */
 void flk_store_i64(void *p, int32_t dt, int64_t v);
 
-/* n elements, strides in bytes, every pair of real dtypes, PyTorch's cast
- * semantics (int->float32 rounds once, float->uint8 goes through int64,
- * anything->bool is != 0).  src and dst must not overlap unless identical. */
+/* n elements, strides in bytes, every pair of real dtypes (float8 included),
+ * PyTorch's cast semantics (int->float32 rounds once, float->uint8 goes through
+ * int64, anything->bool is != 0, float8 converts through float32).  src and dst
+ * must not overlap unless identical. */
 void flk_convert(void *dst, int32_t dst_dt, int64_t dst_stride, const void *src,
                  int32_t src_dt, int64_t src_stride, int64_t n);
 
@@ -376,6 +398,7 @@ int flk_byte_span(const fl_tensor *t, uintptr_t *lo, uintptr_t *hi);
 int flk_may_overlap(const fl_tensor *a, const fl_tensor *b);
 /* the same elements in the same places (identical view) */
 int flk_same_view(const fl_tensor *a, const fl_tensor *b);
+
 
 /* ======================================================================== */
 /* 5. arguments and errors (args.c, error.c)                                 */
@@ -464,6 +487,23 @@ fl_status flk_wrap_dim(const flk_args *a, int64_t dim, int32_t ndim, int32_t *ou
 
 /* tensor dtype check against a mask, failing with a message */
 fl_status flk_check_dtype(const flk_args *a, const fl_tensor *t, const char *name, uint64_t mask);
+
+/* Section 4's tensors, continued (tensor.c).  An input a kernel reads while it writes an output that shares memory with it
+ * other than as the very same view (fl_abi.h, "ARGUMENTS THAT SHARE MEMORY":
+ * a kernel answers as if it read every input before writing): flk_unshare
+ * gives the kernel a private contiguous copy to read instead, or the input
+ * itself when the two cannot overlap.  Free with flk_unshared_free.  An input
+ * that is the output's very view is kept: elementwise kernels read each element
+ * before they write it; a kernel that does not (a matrix product into one of
+ * its operands) asks with `same_view_too`. */
+typedef struct flk_unshared {
+    fl_tensor copy;
+    int64_t strides[FLK_MAX_DIMS];
+    void *memory;                  /* NULL when nothing was copied */
+} flk_unshared;
+fl_status flk_unshare(const flk_args *a, const fl_tensor *out, const fl_tensor *in, int same_view_too,
+                      flk_unshared *u, const fl_tensor **use);
+void flk_unshared_free(flk_unshared *u);
 
 /* ======================================================================== */
 /* 6. type promotion (promote.c)                                             */

@@ -21,6 +21,10 @@ const char *flk_dtype_name(int32_t dt) {
     case FL_INT64: return "int64";
     case FL_BOOL: return "bool";
     case FL_COMPLEX64: return "complex64";
+    case FL_FLOAT8_E4M3FN: return "float8_e4m3fn";
+    case FL_FLOAT8_E5M2: return "float8_e5m2";
+    case FL_FLOAT8_E4M3FNUZ: return "float8_e4m3fnuz";
+    case FL_FLOAT8_E5M2FNUZ: return "float8_e5m2fnuz";
     default: return "unknown dtype";
     }
 }
@@ -38,13 +42,14 @@ double flk_load_f64(const void *p, int32_t dt) {
     case FL_INT32: return *(const flk_i32 *)p;
     case FL_INT64: return (double)*(const flk_i64 *)p;
     case FL_BOOL: return *(const flk_u8 *)p != 0;
-    default: return 0.0;
+    default: return flk_is_fp8(dt) ? flk_fp8_to_float(*(const flk_u8 *)p, dt) : 0.0;
     }
 }
 
 int64_t flk_load_i64(const void *p, int32_t dt) {
     switch (dt) {
     case FL_FLOAT32: case FL_FLOAT64: case FL_FLOAT16: case FL_BFLOAT16:
+    case FL_FLOAT8_E4M3FN: case FL_FLOAT8_E5M2: case FL_FLOAT8_E4M3FNUZ: case FL_FLOAT8_E5M2FNUZ:
         return flk_double_to_i64(flk_load_f64(p, dt));
     case FL_INT8: return *(const flk_i8 *)p;
     case FL_UINT8: return *(const flk_u8 *)p;
@@ -68,7 +73,10 @@ void flk_store_f64(void *p, int32_t dt, double v) {
     case FL_INT32: *(flk_i32 *)p = (int32_t)flk_double_to_i64(v); break;
     case FL_INT64: *(flk_i64 *)p = flk_double_to_i64(v); break;
     case FL_BOOL: *(flk_u8 *)p = (v != 0.0); break;
-    default: break;
+    default:
+        if (flk_is_fp8(dt))
+            *(flk_u8 *)p = flk_fp8_from_float((float)v, dt);   /* through float32, as PyTorch */
+        break;
     }
 }
 
@@ -84,7 +92,10 @@ void flk_store_i64(void *p, int32_t dt, int64_t v) {
     case FL_INT32: *(flk_i32 *)p = (int32_t)v; break;
     case FL_INT64: *(flk_i64 *)p = v; break;
     case FL_BOOL: *(flk_u8 *)p = (v != 0); break;
-    default: break;
+    default:
+        if (flk_is_fp8(dt))
+            *(flk_u8 *)p = flk_fp8_from_float((float)v, dt);
+        break;
     }
 }
 
@@ -215,10 +226,12 @@ void flk_convert(void *dst, int32_t ddt, int64_t ds, const void *src, int32_t sd
     if (ddt == FL_INT32 && sdt == FL_INT64) { CONV_LOOP(flk_i32, flk_i64, (int32_t)x); return; }
     if (ddt == FL_BOOL && sdt == FL_FLOAT32) { CONV_LOOP(flk_u8, flk_f32, (uint8_t)(x != 0.0f)); return; }
     if (ddt == FL_INT64 && sdt == FL_BOOL) { CONV_LOOP(flk_i64, flk_u8, (int64_t)(x != 0)); return; }
+    if (ddt == FL_FLOAT32 && flk_is_fp8(sdt)) { CONV_LOOP(flk_f32, flk_u8, flk_fp8_to_float(x, sdt)); return; }
+    if (flk_is_fp8(ddt) && sdt == FL_FLOAT32) { CONV_LOOP(flk_u8, flk_f32, flk_fp8_from_float(x, ddt)); return; }
 
     const char *s = (const char *)src;
     char *d = (char *)dst;
-    if (flk_is_floating(sdt)) {
+    if (flk_is_floating(sdt) || flk_is_fp8(sdt)) {
         double buf[CONV_CHUNK];
         for (int64_t off = 0; off < n; off += CONV_CHUNK) {
             int64_t m = n - off < CONV_CHUNK ? n - off : CONV_CHUNK;

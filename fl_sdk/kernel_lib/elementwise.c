@@ -1,6 +1,9 @@
 /*
  * elementwise.c -- the elementwise engine (fl_kernel.h section 8): inputs
  * broadcast to the output, scalars in tensor slots, dtype casts in chunks.
+ * An input sharing memory with the output other than as its very view is
+ * read from a private copy (flk_unshare; fl_abi.h "ARGUMENTS THAT SHARE
+ * MEMORY").
  */
 #include "fl_kernel.h"
 
@@ -69,6 +72,12 @@ static void ew_row(char **ptrs, const int64_t *strides, int64_t n, void *vs) {
     }
 }
 
+static fl_status release_unshared(flk_unshared *unshared, int count, fl_status status) {
+    for (int i = 0; i < count; ++i)
+        flk_unshared_free(&unshared[i]);
+    return status;
+}
+
 fl_status flk_elementwise(const flk_args *a, const flk_ew_desc *d) {
     const fl_tensor *out = d->out;
     int nd = out->ndim;
@@ -83,6 +92,8 @@ fl_status flk_elementwise(const flk_args *a, const flk_ew_desc *d) {
     _Alignas(64) char scalar_buf[FLK_EW_MAX_OPS][16];
     _Alignas(64) char chunk_buf[FLK_EW_MAX_OPS][EW_CHUNK * 8];
     _Alignas(64) char scratch[EW_CHUNK * 8];
+    flk_unshared unshared[FLK_EW_MAX_INPUTS];
+    int nunshared = 0;
     ew_state s;
     memset(&s, 0, sizeof s);
     s.d = d;
@@ -108,18 +119,27 @@ fl_status flk_elementwise(const flk_args *a, const flk_ew_desc *d) {
         const flk_operand *op = &d->in[k - 1];
         int32_t ldt = d->in_dtypes[k - 1];
         if (!flk_dtype_valid(ldt) || ldt == FL_COMPLEX64)
-            return flk_fail(a, "internal: bad loop dtype");
+            return release_unshared(unshared, nunshared, flk_fail(a, "internal: bad loop dtype"));
         s.ldt[k] = ldt;
         if (op->t) {
             char name[32];
             snprintf(name, sizeof name, "input %d", k - 1);
-            FLK_TRY(flk_broadcast_strides(a, op->t, name, nd, out->sizes, strides[k]));
-            ptrs[k] = (char *)flk_data(op->t);
-            s.tdt[k] = op->t->dtype;
+            const fl_tensor *t = op->t;
+            if (numel > 0) {    /* an input in the output's memory: read from a copy */
+                fl_status st = flk_unshare(a, out, op->t, 0, &unshared[nunshared], &t);
+                if (st != FL_SUCCESS)
+                    return release_unshared(unshared, nunshared, st);
+                nunshared += unshared[nunshared].memory != NULL;
+            }
+            fl_status st = flk_broadcast_strides(a, t, name, nd, out->sizes, strides[k]);
+            if (st != FL_SUCCESS)
+                return release_unshared(unshared, nunshared, st);
+            ptrs[k] = (char *)flk_data(t);
+            s.tdt[k] = t->dtype;
             if (d->in_via && d->in_via[k - 1] >= 0 && d->in_via[k - 1] != s.tdt[k] &&
                 d->in_via[k - 1] != ldt) {
                 if (!flk_dtype_valid(d->in_via[k - 1]) || d->in_via[k - 1] == FL_COMPLEX64)
-                    return flk_fail(a, "internal: bad intermediate dtype");
+                    return release_unshared(unshared, nunshared, flk_fail(a, "internal: bad intermediate dtype"));
                 s.via[k] = d->in_via[k - 1];
             }
         } else {
@@ -143,7 +163,7 @@ fl_status flk_elementwise(const flk_args *a, const flk_ew_desc *d) {
         }
     }
     if (numel == 0)
-        return FL_SUCCESS;
+        return FL_SUCCESS;    /* nothing was copied for an empty output */
     for (int k = 0; k < nops; ++k) {
         s.lsz[k] = (int64_t)flk_dtype_size(s.ldt[k]);
         s.cast[k] = s.tdt[k] != s.ldt[k];
@@ -151,5 +171,5 @@ fl_status flk_elementwise(const flk_args *a, const flk_ew_desc *d) {
         s.any_cast |= s.cast[k];
     }
     flk_for_each_row(nd, out->sizes, nops, ptrs, strides, 0, ew_row, &s);
-    return FL_SUCCESS;
+    return release_unshared(unshared, nunshared, FL_SUCCESS);
 }

@@ -9,6 +9,8 @@ int32_t flk_promote_types(int32_t a, int32_t b) {
         return a;
     if (!flk_dtype_valid(a) || !flk_dtype_valid(b) || a == FL_COMPLEX64 || b == FL_COMPLEX64)
         return -1;
+    if (flk_is_fp8(a) || flk_is_fp8(b))   /* PyTorch promotes float8 with nothing else */
+        return -1;
     if (a == FL_BOOL)
         return b;
     if (b == FL_BOOL)
@@ -32,7 +34,7 @@ int32_t flk_promote_types(int32_t a, int32_t b) {
 }
 
 int flk_can_cast(int32_t from, int32_t to) {
-    if (flk_is_floating(from) && flk_is_integral(to))
+    if ((flk_is_floating(from) || flk_is_fp8(from)) && flk_is_integral(to))
         return 0;
     if (from != FL_BOOL && to == FL_BOOL)
         return 0;

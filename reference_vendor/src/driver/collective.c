@@ -2,7 +2,7 @@
  * collective.c -- the reference chip's collectives (fl_abi.h, "collectives",
  * ABI 1.1): communicators between processes of one host over POSIX shared
  * memory, each collective a task on the caller's stream.  Calls stream.c,
- * memory.c, device.c, queue.c and error.c (driver.h lists the layers).
+ * memory.c, device.c and queue.c (driver.h lists the layers).
  *
  * RENDEZVOUS.  The unique id names a shared-memory segment ("/flref-<pid>-
  * <random>"); every rank opens (creating if first) and sizes it identically,
@@ -476,9 +476,9 @@ static fl_status run_p2p(void *obj, char *message, size_t cap) {
 
 static fl_status check_comm(fl_comm comm, const char *call) {
     if (!comm)
-        return drv_fail(FL_ERROR_INVALID_HANDLE, "%s: comm is NULL", call);
+        return fld_fail(FL_ERROR_INVALID_HANDLE, "%s: comm is NULL", call);
     if (comm->magic != COMM_MAGIC)
-        return drv_fail(FL_ERROR_INVALID_HANDLE, "%s: %p is not a live communicator", call, (void *)comm);
+        return fld_fail(FL_ERROR_INVALID_HANDLE, "%s: %p is not a live communicator", call, (void *)comm);
     return FL_SUCCESS;
 }
 
@@ -486,9 +486,9 @@ static fl_status check_comm(fl_comm comm, const char *call) {
 static fl_status check_call(const char *call, const void *args, size_t struct_size, size_t needed,
                             fl_comm comm, fl_stream stream, int32_t dtype, drv_device **dev) {
     if (!args)
-        return drv_fail(FL_ERROR_INVALID_POINTER, "%s: args is NULL", call);
+        return fld_fail(FL_ERROR_INVALID_POINTER, "%s: args is NULL", call);
     if (struct_size < needed)
-        return drv_fail(FL_ERROR_INVALID_VALUE, "%s: args->struct_size=%zu, an ABI 1.1 caller passes %zu",
+        return fld_fail(FL_ERROR_INVALID_VALUE, "%s: args->struct_size=%zu, an ABI 1.1 caller passes %zu",
                         call, struct_size, needed);
     fl_status st = check_comm(comm, call);
     if (st == FL_SUCCESS)
@@ -496,10 +496,10 @@ static fl_status check_call(const char *call, const void *args, size_t struct_si
     if (st != FL_SUCCESS)
         return st;
     if (drv_stream_device(stream) != comm->device)
-        return drv_fail(FL_ERROR_INVALID_VALUE, "%s: the stream is on device %d, the communicator on device %d",
+        return fld_fail(FL_ERROR_INVALID_VALUE, "%s: the stream is on device %d, the communicator on device %d",
                         call, drv_stream_device(stream), comm->device);
     if (dtype < 0 || dtype >= FL_DTYPE_COUNT || !(COLL_DTYPES & FLK_DT(dtype)))
-        return drv_fail(FL_ERROR_INVALID_VALUE, "%s: dtype %d is not one the collectives take (mask 0x%llx)",
+        return fld_fail(FL_ERROR_INVALID_VALUE, "%s: dtype %d is not one the collectives take (mask 0x%llx)",
                         call, dtype, (unsigned long long)COLL_DTYPES);
     *dev = drv_device_get(comm->device);
     return *dev ? FL_SUCCESS : drv_bad_device(comm->device, call);
@@ -507,16 +507,16 @@ static fl_status check_call(const char *call, const void *args, size_t struct_si
 
 static fl_status check_op(const char *call, int32_t op, int32_t dtype) {
     if (op < 0 || op > FL_REDUCE_AVG)
-        return drv_fail(FL_ERROR_INVALID_VALUE, "%s: op %d is not an fl_reduce_op", call, op);
+        return fld_fail(FL_ERROR_INVALID_VALUE, "%s: op %d is not an fl_reduce_op", call, op);
     if (op == FL_REDUCE_AVG && !is_floating(dtype))
-        return drv_fail(FL_ERROR_INVALID_VALUE, "%s: FL_REDUCE_AVG takes floating dtypes only, got dtype %d",
+        return fld_fail(FL_ERROR_INVALID_VALUE, "%s: FL_REDUCE_AVG takes floating dtypes only, got dtype %d",
                         call, dtype);
     return FL_SUCCESS;
 }
 
 static fl_status check_rank(const char *call, const char *what, int32_t r, fl_comm comm) {
     if (r < 0 || r >= comm->size)
-        return drv_fail(FL_ERROR_INVALID_VALUE, "%s: %s %d is outside the communicator's ranks 0..%d", call,
+        return fld_fail(FL_ERROR_INVALID_VALUE, "%s: %s %d is outside the communicator's ranks 0..%d", call,
                         what, r, comm->size - 1);
     return FL_SUCCESS;
 }
@@ -524,23 +524,16 @@ static fl_status check_rank(const char *call, const char *what, int32_t r, fl_co
 /* The worker's view of count elements at (base, offset); NULL view for 0 bytes. */
 static fl_status resolve(drv_device *dev, const char *call, const char *what, fl_devptr base, uint64_t offset,
                          uint64_t count, int32_t dtype, char **host) {
-    uint64_t bytes = count * elem_size(dtype), alloc_size;
+    uint64_t bytes = count * elem_size(dtype);
     *host = NULL;
     if (bytes == 0)
         return FL_SUCCESS;
     if (bytes / elem_size(dtype) != count)
-        return drv_fail(FL_ERROR_INVALID_VALUE, "%s: %s count %llu overflows", call, what,
+        return fld_fail(FL_ERROR_INVALID_VALUE, "%s: %s count %llu overflows", call, what,
                         (unsigned long long)count);
-    pthread_mutex_lock(&dev->lock);
-    drv_range_check rc = drv_mem_check_locked(dev, base, offset, bytes, &alloc_size);
-    pthread_mutex_unlock(&dev->lock);
-    if (rc == DRV_RANGE_NO_ALLOCATION)
-        return drv_fail(FL_ERROR_INVALID_POINTER, "%s: %s=0x%llx is not inside a live allocation on device %d",
-                        call, what, (unsigned long long)base, dev->index);
-    if (rc == DRV_RANGE_OUT_OF_BOUNDS)
-        return drv_fail(FL_ERROR_INVALID_VALUE, "%s: %s=0x%llx + offset %llu + %llu bytes overruns its "
-                        "allocation of %llu bytes", call, what, (unsigned long long)base,
-                        (unsigned long long)offset, (unsigned long long)bytes, (unsigned long long)alloc_size);
+    fl_status st = fld_check_range(&drv_memory, dev->index, base, offset, bytes, call, what);
+    if (st != FL_SUCCESS)
+        return st;
     *host = drv_mem_host(dev, base) + offset;
     return FL_SUCCESS;
 }
@@ -571,7 +564,7 @@ static fl_status enqueue_collective(const char *call, drv_device *dev, fl_stream
         return st;
     coll_job *j = malloc(sizeof *j);
     if (!j)
-        return drv_fail(FL_ERROR_INTERNAL, "%s: out of host memory", call);
+        return fld_fail(FL_ERROR_INTERNAL, "%s: out of host memory", call);
     *j = *proto;
     j->send = send;
     j->recv = recv;
@@ -583,9 +576,9 @@ static fl_status enqueue_collective(const char *call, drv_device *dev, fl_stream
 static fl_status comm_get_unique_id(fl_comm_get_unique_id_args *a) {
     static const char call[] = "comm_get_unique_id";
     if (!a || !a->unique_id)
-        return drv_fail(FL_ERROR_INVALID_POINTER, "%s: args or args->unique_id is NULL", call);
+        return fld_fail(FL_ERROR_INVALID_POINTER, "%s: args or args->unique_id is NULL", call);
     if (a->struct_size < FL_STRUCT_SIZE(fl_comm_get_unique_id_args, unique_id))
-        return drv_fail(FL_ERROR_INVALID_VALUE, "%s: args->struct_size=%zu is too small", call, a->struct_size);
+        return fld_fail(FL_ERROR_INVALID_VALUE, "%s: args->struct_size=%zu is too small", call, a->struct_size);
     if (!drv_device_get(a->device))
         return drv_bad_device(a->device, call);
     uint64_t salt;
@@ -612,39 +605,59 @@ static const char *segment_name(const fl_comm_unique_id *id) {
 static fl_status open_segment(fl_comm c, const char *name, const char *call) {
     int fd = shm_open(name, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0)
-        return drv_fail(FL_ERROR_DRIVER, "%s: shm_open(%s): %s", call, name, strerror(errno));
+        return fld_fail(FL_ERROR_DRIVER, "%s: shm_open(%s): %s", call, name, strerror(errno));
     int bad = ftruncate(fd, (off_t)c->length) != 0;    /* every rank sets the same size */
     void *p = bad ? MAP_FAILED : mmap(NULL, c->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int err = errno;
     close(fd);
     if (p == MAP_FAILED) {
         shm_unlink(name);
-        return drv_fail(FL_ERROR_DRIVER, "%s: mapping %zu bytes of %s: %s", call, c->length, name, strerror(err));
+        return fld_fail(FL_ERROR_DRIVER, "%s: mapping %zu bytes of %s: %s", call, c->length, name, strerror(err));
     }
     c->base = p;
     c->hdr = p;
     return FL_SUCCESS;
 }
 
+/* FL_REFERENCE_COMM_LOG=<path>: one line per communicator made, "<segment> rank <r> size <n> pid
+ * <pid>", appended with one write() so that the processes sharing the file do not interleave.
+ * Instrumentation for tests (which processes each communicator joined), not ABI. */
+static void log_comm(const char *name, const struct fl_comm_impl *c) {
+    const char *path = getenv("FL_REFERENCE_COMM_LOG");
+    if (!path || !*path)
+        return;
+    char line[160];
+    int n = snprintf(line, sizeof line, "%s rank %d size %d pid %d\n", name, c->rank, c->size, (int)getpid());
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || n <= 0 || (size_t)n >= sizeof line) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    ssize_t written = write(fd, line, (size_t)n);
+    (void)written;
+    close(fd);
+}
+
 static fl_status comm_create(fl_comm_create_args *a) {
     static const char call[] = "comm_create";
     if (!a || !a->unique_id)
-        return drv_fail(FL_ERROR_INVALID_POINTER, "%s: args or args->unique_id is NULL", call);
+        return fld_fail(FL_ERROR_INVALID_POINTER, "%s: args or args->unique_id is NULL", call);
     if (a->struct_size < FL_STRUCT_SIZE(fl_comm_create_args, comm))
-        return drv_fail(FL_ERROR_INVALID_VALUE, "%s: args->struct_size=%zu is too small", call, a->struct_size);
+        return fld_fail(FL_ERROR_INVALID_VALUE, "%s: args->struct_size=%zu is too small", call, a->struct_size);
     a->comm = NULL;
     if (!drv_device_get(a->device))
         return drv_bad_device(a->device, call);
     if (a->size < 1 || a->size > MAX_RANKS || a->rank < 0 || a->rank >= a->size)
-        return drv_fail(FL_ERROR_INVALID_VALUE, "%s: rank %d of size %d: size must be 1..%d and rank 0..size-1",
+        return fld_fail(FL_ERROR_INVALID_VALUE, "%s: rank %d of size %d: size must be 1..%d and rank 0..size-1",
                         call, a->rank, a->size, MAX_RANKS);
     const char *name = segment_name(a->unique_id);
     if (!name)
-        return drv_fail(FL_ERROR_INVALID_VALUE, "%s: the unique id was not made by this plugin's "
+        return fld_fail(FL_ERROR_INVALID_VALUE, "%s: the unique id was not made by this plugin's "
                         "comm_get_unique_id", call);
     fl_comm c = calloc(1, sizeof *c);
     if (!c)
-        return drv_fail(FL_ERROR_INTERNAL, "%s: out of host memory", call);
+        return fld_fail(FL_ERROR_INTERNAL, "%s: out of host memory", call);
     c->device = a->device;
     c->rank = a->rank;
     c->size = a->size;
@@ -661,7 +674,7 @@ static fl_status comm_create(fl_comm_create_args *a) {
         shm_unlink(name);
         munmap(c->base, c->length);
         free(c);
-        return drv_fail(FL_ERROR_TIMEOUT, "%s: rank %d waited %u ms for %d ranks, %llu joined", call, a->rank,
+        return fld_fail(FL_ERROR_TIMEOUT, "%s: rank %d waited %u ms for %d ranks, %llu joined", call, a->rank,
                         a->timeout_ms ? a->timeout_ms : DEFAULT_TIMEOUT_MS, a->size, (unsigned long long)joined);
     }
     if (a->rank == 0)
@@ -674,13 +687,14 @@ static fl_status comm_create(fl_comm_create_args *a) {
     c->refs = 1;
     c->magic = COMM_MAGIC;
     a->comm = c;
+    log_comm(name, c);
     return FL_SUCCESS;
 }
 
 static fl_status comm_destroy(fl_comm_destroy_args *a) {
     static const char call[] = "comm_destroy";
     if (!a)
-        return drv_fail(FL_ERROR_INVALID_POINTER, "%s: args is NULL", call);
+        return fld_fail(FL_ERROR_INVALID_POINTER, "%s: args is NULL", call);
     fl_status st = check_comm(a->comm, call);
     if (st != FL_SUCCESS)
         return st;
@@ -765,7 +779,7 @@ static fl_status enqueue_p2p(const char *call, int is_send, fl_comm comm, fl_str
                              uint64_t offset, uint64_t count, int32_t dtype, int32_t peer, drv_device *dev) {
     fl_status st = check_rank(call, "peer", peer, comm);
     if (st == FL_SUCCESS && peer == comm->rank)
-        st = drv_fail(FL_ERROR_INVALID_VALUE, "%s: peer %d is the calling rank itself", call, peer);
+        st = fld_fail(FL_ERROR_INVALID_VALUE, "%s: peer %d is the calling rank itself", call, peer);
     char *data;
     if (st == FL_SUCCESS)
         st = resolve(dev, call, is_send ? "send" : "recv", base, offset, count, dtype, &data);
@@ -773,7 +787,7 @@ static fl_status enqueue_p2p(const char *call, int is_send, fl_comm comm, fl_str
         return st;
     p2p_job *j = malloc(sizeof *j);
     if (!j)
-        return drv_fail(FL_ERROR_INTERNAL, "%s: out of host memory", call);
+        return fld_fail(FL_ERROR_INTERNAL, "%s: out of host memory", call);
     *j = (p2p_job){.comm = comm, .send = is_send, .peer = peer, .dtype = dtype,
                    .bytes = count * elem_size(dtype), .data = data};
     return enqueue_call(stream, run_p2p, j, comm);
@@ -810,4 +824,5 @@ const fl_collectives_extension drv_collectives_extension = {
     .all_to_all = all_to_all,
     .send = send_fn,
     .recv = recv_fn,
+    .reach = FL_COMM_REACH_HOST, /* POSIX shared memory: only processes of one host meet */
 };

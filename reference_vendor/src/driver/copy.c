@@ -2,31 +2,19 @@
  * copy.c -- copies and memset of the reference chip, enqueued on a stream:
  * each device range is checked against the live allocations (memory.c) and
  * turned into the worker's private address before the task is queued.
- * Calls stream.c, memory.c, device.c, queue.c and error.c (driver.h lists
+ * Calls stream.c, memory.c, device.c and queue.c (driver.h lists
  * the layers).
  */
 #include "driver.h"
 
 /* Resolve a device range for an async call, or fail with a message naming
- * `call` and which operand (`what`) is bad. */
+ * `call` and which operand (`what`) is bad (fl_driver.h, fld_check_range). */
 static fl_status resolve_range(drv_device *dev, fl_devptr base, uint64_t offset, uint64_t size,
                                const char *call, const char *what, char **host) {
-    uint64_t alloc_size;
-    pthread_mutex_lock(&dev->lock);
-    drv_range_check rc = drv_mem_check_locked(dev, base, offset, size, &alloc_size);
-    pthread_mutex_unlock(&dev->lock);
-    if (rc == DRV_RANGE_NO_ALLOCATION)
-        return drv_fail(FL_ERROR_INVALID_POINTER,
-                        "%s: %s=0x%llx is not inside a live allocation on device %d", call, what,
-                        (unsigned long long)base, dev->index);
-    if (rc == DRV_RANGE_OUT_OF_BOUNDS)
-        return drv_fail(FL_ERROR_INVALID_VALUE,
-                        "%s: %s=0x%llx + offset %llu + size %llu overruns its allocation of "
-                        "%llu bytes on device %d",
-                        call, what, (unsigned long long)base, (unsigned long long)offset,
-                        (unsigned long long)size, (unsigned long long)alloc_size, dev->index);
-    *host = drv_mem_host(dev, base) + offset;
-    return FL_SUCCESS;
+    fl_status st = fld_check_range(&drv_memory, dev->index, base, offset, size, call, what);
+    if (st == FL_SUCCESS)
+        *host = drv_mem_host(dev, base) + offset;
+    return st;
 }
 
 /* Common checks: a live stream, and that its device is usable. */
@@ -55,7 +43,7 @@ fl_status drv_memcpy_h2d_async(fl_stream stream, fl_devptr dst, uint64_t dst_off
     if (st != FL_SUCCESS || size == 0)
         return st;
     if (!src)
-        return drv_fail(FL_ERROR_INVALID_POINTER, "%s(size=%llu): src is NULL", call,
+        return fld_fail(FL_ERROR_INVALID_POINTER, "%s(size=%llu): src is NULL", call,
                         (unsigned long long)size);
     st = resolve_range(dev, dst, dst_offset, size, call, "dst", &host);
     return st != FL_SUCCESS ? st : enqueue_copy(stream, host, src, size);
@@ -70,7 +58,7 @@ fl_status drv_memcpy_d2h_async(fl_stream stream, void *dst, fl_devptr src, uint6
     if (st != FL_SUCCESS || size == 0)
         return st;
     if (!dst)
-        return drv_fail(FL_ERROR_INVALID_POINTER, "%s(size=%llu): dst is NULL", call,
+        return fld_fail(FL_ERROR_INVALID_POINTER, "%s(size=%llu): dst is NULL", call,
                         (unsigned long long)size);
     st = resolve_range(dev, src, src_offset, size, call, "src", &host);
     return st != FL_SUCCESS ? st : enqueue_copy(stream, dst, host, size);

@@ -1,7 +1,8 @@
 /*
  * device.c -- the reference chip's devices: how many there are (from the
  * environment), their properties, and their one-time initialisation, which
- * maps each device's memory.  Calls only error.c (driver.h lists the layers).
+ * maps each device's memory.  The bottom of the driver (driver.h lists the
+ * layers).
  *
  * Each device's memory is one sparse memfd mapped twice: a PROT_NONE view
  * whose addresses are handed out as fl_devptr (so a host dereference of a
@@ -21,7 +22,7 @@
 #include <unistd.h>
 
 /* A build of this plugin posing as another vendor (the two-plugin tests of
- * stable device IDs, README "Pointing Torch-FL at a plugin") gives its
+ * stable device IDs, docs/operators/plugins.md) gives its
  * devices their own uuids with -DFL_REFERENCE_UUID_PREFIX. */
 #ifndef FL_REFERENCE_UUID_PREFIX
 #define FL_REFERENCE_UUID_PREFIX "ref"
@@ -33,7 +34,8 @@
 #define DEFAULT_ALIGNMENT 256
 #define MAX_ALIGNMENT (1u << 30)
 /* The driver version the devices report; FL_REFERENCE_DRIVER_VERSION overrides it so
- * tests can pose as an old or broken driver (README, "The config file": drivers). */
+ * tests can pose as an old or broken driver (docs/operators/plugins.md "Driver
+ * requirements"). */
 #define DEFAULT_DRIVER_VERSION "1.0.0"
 #define REGION_MIN_ALIGN (2u << 20) /* align the views to 2 MiB (huge-page friendly) */
 
@@ -146,6 +148,14 @@ static void init_devices(void) {
     g_device_count = count;
 }
 
+fl_status drv_devices_setup(const fl_plugin_initialize_args *args) {
+    (void)args;
+    pthread_once(&g_once, init_devices);
+    if (g_init_status != FL_SUCCESS)
+        return fld_fail(g_init_status, "plugin_initialize: device initialisation failed: %s", g_init_message);
+    return FL_SUCCESS;
+}
+
 drv_device *drv_device_get(int32_t device) {
     pthread_once(&g_once, init_devices);
     if (g_init_status != FL_SUCCESS || device < 0 || device >= g_device_count)
@@ -156,19 +166,19 @@ drv_device *drv_device_get(int32_t device) {
 fl_status drv_bad_device(int32_t device, const char *call) {
     pthread_once(&g_once, init_devices);
     if (g_init_status != FL_SUCCESS)
-        return drv_fail(g_init_status, "%s: device initialisation failed: %s", call,
+        return fld_fail(g_init_status, "%s: device initialisation failed: %s", call,
                         g_init_message);
-    return drv_fail(FL_ERROR_INVALID_DEVICE,
+    return fld_fail(FL_ERROR_INVALID_DEVICE,
                     "%s: invalid device %d (the reference plugin has devices 0..%d)", call,
                     device, g_device_count - 1);
 }
 
 fl_status drv_device_count(int32_t *count) {
     if (!count)
-        return drv_fail(FL_ERROR_INVALID_POINTER, "device_count(count=NULL): NULL output pointer");
+        return fld_fail(FL_ERROR_INVALID_POINTER, "device_count(count=NULL): NULL output pointer");
     pthread_once(&g_once, init_devices);
     if (g_init_status != FL_SUCCESS)
-        return drv_fail(g_init_status, "device_count: device initialisation failed: %s",
+        return fld_fail(g_init_status, "device_count: device initialisation failed: %s",
                         g_init_message);
     *count = g_device_count;
     return FL_SUCCESS;
@@ -189,47 +199,15 @@ static void fill_properties(const drv_device *dev, fl_device_properties *p) {
     p->flags = 0;
 }
 
-/* The end of the last field that fits entirely in `size` bytes, so that a
- * caller built against an older (shorter) struct never gets a torn field. */
-static size_t covered_prefix(size_t size) {
-    static const size_t ends[] = {
-        FL_STRUCT_SIZE(fl_device_properties, struct_size),
-        FL_STRUCT_SIZE(fl_device_properties, name),
-        FL_STRUCT_SIZE(fl_device_properties, vendor),
-        FL_STRUCT_SIZE(fl_device_properties, uuid),
-        FL_STRUCT_SIZE(fl_device_properties, driver_version),
-        FL_STRUCT_SIZE(fl_device_properties, total_memory),
-        FL_STRUCT_SIZE(fl_device_properties, alignment),
-        FL_STRUCT_SIZE(fl_device_properties, supported_dtypes),
-        FL_STRUCT_SIZE(fl_device_properties, multiprocessor_count),
-        FL_STRUCT_SIZE(fl_device_properties, flags),
-    };
-    size_t best = ends[0];
-    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++)
-        if (ends[i] <= size)
-            best = ends[i];
-    return best;
-}
-
-/* Writes only the fields the caller's struct_size covers, then sets
- * struct_size to what was written so a newer caller can tell which fields
- * this (older) plugin filled. */
+/* The driver library writes only the fields the caller's struct_size covers,
+ * then sets struct_size to what was written, so a newer caller can tell which
+ * fields this (older) plugin filled (fl_driver.h, section 3). */
 fl_status drv_device_properties(int32_t device, fl_device_properties *props) {
-    if (!props)
-        return drv_fail(FL_ERROR_INVALID_POINTER,
-                        "device_properties(device=%d, props=NULL): NULL output pointer", device);
-    if (props->struct_size < sizeof(size_t))
-        return drv_fail(FL_ERROR_INVALID_VALUE,
-                        "device_properties(device=%d): props->struct_size=%zu is too small",
-                        device, props->struct_size);
     drv_device *dev = drv_device_get(device);
-    if (!dev)
+    if (props && !dev)
         return drv_bad_device(device, "device_properties");
-    fl_device_properties full;
-    fill_properties(dev, &full);
-    size_t n = covered_prefix(props->struct_size);
-    memcpy((char *)props + sizeof(size_t), (const char *)&full + sizeof(size_t),
-           n - sizeof(size_t));
-    props->struct_size = n;
-    return FL_SUCCESS;
+    fl_device_properties full = {0};
+    if (dev)
+        fill_properties(dev, &full);
+    return fld_device_properties_out(props, &full, device);
 }

@@ -6,7 +6,9 @@
  * upward, so there is no call circle:
  *
  *   plugin.c   entry point, the fl_api table, plugin info      (top)
- *   launch.c   the kernel table handed to the runtime, launch_kernel
+ *   host_memory.c  the pinned host-memory extension (ABI 1.2): page-aligned,
+ *              locked where the host allows, tracked host blocks
+ *   launch.c   launch_kernel: checks, the deep copy, the queued kernel
  *   collective.c  the collectives extension (ABI 1.1): communicators over
  *              POSIX shared memory, collectives as stream tasks
  *   copy.c     memcpy_*_async and memset_async
@@ -14,14 +16,20 @@
  *   stream.c   streams: a device and a queue
  *   memory.c   the device-memory allocator and range checks
  *   device.c   devices: settings, properties, their memory mappings
- *   queue.c    task queues and the worker thread draining each one
- *   error.c    the per-thread last error message               (bottom)
+ *   queue.c    task queues and the worker thread draining each one (bottom)
+ *
+ * What every driver does alike -- the per-thread last error, negotiation,
+ * struct_size prefixes, handle tables, launch-argument checks with
+ * overflow-checked extents, the deep copy of queued arguments -- is the SDK
+ * driver library's (fl_driver.h, `sdk_libraries: [kernel, driver]`), shared
+ * with every plugin `fl-sdk new` scaffolds; these files hold what this chip
+ * decides.
  *
  * The queue knows nothing of events: an event's record and wait reach the
  * worker as host-function tasks (DRV_TASK_HOST) whose function event.c
  * supplies.  Kernels (../kernels/) are not part of the driver: they register
- * themselves (FLK_REGISTER), launch.c hands the runtime the table the SDK
- * kernel library gathers (flk_table), and the queue runs them through the
+ * themselves (FLK_REGISTER), plugin.c hands the runtime the table the SDK
+ * libraries gather (fld_kernel_table), and the queue runs them through the
  * SDK's kernel interface (fl_kernel.h, section 1).
  *
  * Nothing here is part of the ABI; only fl_plugin_get_api (and the
@@ -38,20 +46,14 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "fl_kernel.h"
+#include "fl_driver.h"
+#include "fl_host_memory.h"
 
 /* Everything declared below is private to the shared object. */
 #pragma GCC visibility push(hidden)
 
 #define DRV_MAX_DEVICES 16
-#define DRV_MESSAGE_MAX 1024
-
-/* ---- error.c: the per-thread last error message ------------------------- */
-
-/* Set the calling thread's last error message and return `status`. */
-fl_status drv_fail(fl_status status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-const char *drv_last_error_message(void);
+#define DRV_MESSAGE_MAX FLD_MESSAGE_MAX
 
 /* ---- queue.c: task queues and their worker threads ---------------------- */
 
@@ -59,7 +61,11 @@ typedef enum drv_task_kind {
     DRV_TASK_KERNEL,
     DRV_TASK_COPY,
     DRV_TASK_MEMSET,
-    DRV_TASK_HOST,        /* a host function, e.g. an event's record or wait */
+    DRV_TASK_HOST,        /* a host function, e.g. an event's wait (it may block) */
+    DRV_TASK_MARK,        /* a host function that marks progress (an event's record): the
+                           * worker runs it under the queue lock and advances the queue in the
+                           * same step, so whoever sees its effect sees the stream past it and
+                           * the other way round; it must not block or take the queue lock */
     DRV_TASK_CALL         /* a host function that can fail (collectives): its status is sticky */
 } drv_task_kind;
 
@@ -134,6 +140,10 @@ typedef struct drv_device {
 drv_device *drv_device_get(int32_t device);
 /* The error for a device index drv_device_get refused; `call` names the call. */
 fl_status drv_bad_device(int32_t device, const char *call);
+/* plugin_initialize's set-up (ABI 1.2): the devices' one-time initialisation,
+ * its failure reported with a message.  Runtimes before 1.2 never call it: the
+ * first device call initialises then, so the reference serves them too. */
+fl_status drv_devices_setup(const fl_plugin_initialize_args *args);
 
 static inline int drv_mem_in_region(const drv_device *dev, fl_devptr p) {
     return p >= dev->dev_base && p - dev->dev_base < dev->total_memory;
@@ -146,17 +156,9 @@ static inline char *drv_mem_host(const drv_device *dev, fl_devptr p) {
 
 /* ---- memory.c: the allocator -------------------------------------------- */
 
-typedef enum drv_range_check {
-    DRV_RANGE_OK = 0,
-    DRV_RANGE_NO_ALLOCATION,     /* `base` is not inside a live allocation */
-    DRV_RANGE_OUT_OF_BOUNDS      /* [offset, offset+size) overruns it */
-} drv_range_check;
-
-/* Check [base+offset, base+offset+size) against the live allocation holding
- * base.  The caller holds dev->lock.  *alloc_size gets the allocation's size
- * (0 when there is none) for error messages. */
-drv_range_check drv_mem_check_locked(drv_device *dev, fl_devptr base, uint64_t offset,
-                                     uint64_t size, uint64_t *alloc_size);
+/* The live allocations of every device, as the driver library's range and
+ * argument checks ask for them (fl_driver.h, section 5). */
+extern const fld_memory drv_memory;
 
 /* ---- stream.c: streams -------------------------------------------------- */
 
@@ -198,9 +200,10 @@ fl_status drv_memset_async(fl_stream stream, fl_devptr dst, uint64_t dst_offset,
                            uint8_t value, uint64_t size);
 
 extern const fl_collectives_extension drv_collectives_extension;              /* collective.c */
+/* The head of the extension chain: host memory, then the collectives. */
+extern const fl_host_memory_extension drv_host_memory_extension;               /* host_memory.c */
 
-fl_status drv_kernel_table(const fl_kernel_entry **entries, uint32_t *count);  /* launch.c */
-fl_status drv_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel,
+fl_status drv_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel,   /* launch.c */
                             const fl_arg *args, uint32_t nargs);
 
 #pragma GCC visibility pop

@@ -1,6 +1,6 @@
 /*
  * event.c -- events of the reference chip, event_record and
- * stream_wait_event.  Calls stream.c, queue.c, device.c and error.c
+ * stream_wait_event.  Calls stream.c, queue.c and device.c
  * (driver.h lists the layers).
  *
  * Each event_record bumps the event's generation and queues a host task
@@ -12,6 +12,8 @@
  *
  * Queued tasks hold a reference, so event_destroy on a pending event only
  * drops the caller's reference; the memory goes when the last task ran.
+ * Handles are checked in the driver library's handle table (fl_driver.h)
+ * before they are dereferenced.
  */
 #include "driver.h"
 
@@ -19,10 +21,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define EVENT_MAGIC 0x4556454e54212121ull /* "EVENT!!!" */
-
 struct fl_event_impl {
-    uint64_t magic;
     int32_t device;
     atomic_int refs;             /* the handle + one per queued task */
     pthread_mutex_t lock;
@@ -32,12 +31,11 @@ struct fl_event_impl {
     uint64_t stamp_ns;           /* when `completed` ran */
 };
 
+/* The live events: a handle is looked up before it is dereferenced. */
+static fld_handles g_events = FLD_HANDLES_INIT;
+
 static fl_status check_event(fl_event e, const char *call) {
-    if (!e)
-        return drv_fail(FL_ERROR_INVALID_HANDLE, "%s: event is NULL", call);
-    if (e->magic != EVENT_MAGIC)
-        return drv_fail(FL_ERROR_INVALID_HANDLE, "%s: %p is not a live event", call, (void *)e);
-    return FL_SUCCESS;
+    return fld_handle_check(&g_events, e, "event", call);
 }
 
 static uint64_t now_ns(void) {
@@ -84,28 +82,33 @@ static void wait_done(void *obj, uint64_t generation) {
 
 fl_status drv_event_create(int32_t device, fl_event *out) {
     if (!out)
-        return drv_fail(FL_ERROR_INVALID_POINTER,
+        return fld_fail(FL_ERROR_INVALID_POINTER,
                         "event_create(device=%d, out=NULL): NULL output pointer", device);
     *out = NULL;
     if (!drv_device_get(device))
         return drv_bad_device(device, "event_create");
     fl_event e = calloc(1, sizeof *e);
     if (!e)
-        return drv_fail(FL_ERROR_INTERNAL, "event_create(device=%d): out of host memory", device);
+        return fld_fail(FL_ERROR_INTERNAL, "event_create(device=%d): out of host memory", device);
     e->device = device;
     atomic_init(&e->refs, 1);
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->cv, NULL);
-    e->magic = EVENT_MAGIC;
+    fl_status st = fld_handle_add(&g_events, e, "event_create");
+    if (st != FL_SUCCESS) {
+        event_release(e);
+        return st;
+    }
     *out = e;
     return FL_SUCCESS;
 }
 
+/* Leaving the table first makes a concurrent second destroy fail instead of
+ * dropping the reference twice. */
 fl_status drv_event_destroy(fl_event e) {
-    fl_status st = check_event(e, "event_destroy");
+    fl_status st = fld_handle_remove(&g_events, e, "event", "event_destroy");
     if (st != FL_SUCCESS)
         return st;
-    e->magic = 0;
     event_release(e);
     return FL_SUCCESS;
 }
@@ -118,7 +121,7 @@ static void fill_record(drv_task *slot, void *ctx) {
     pthread_mutex_lock(&e->lock);
     uint64_t generation = ++e->recorded;
     pthread_mutex_unlock(&e->lock);
-    slot->kind = DRV_TASK_HOST;
+    slot->kind = DRV_TASK_MARK;     /* record_done takes only the event's lock (queue -> event) */
     slot->u.host.fn = record_done;
     slot->u.host.obj = e;
     slot->u.host.value = generation;
@@ -131,7 +134,7 @@ fl_status drv_event_record(fl_event e, fl_stream s) {
     if (st != FL_SUCCESS)
         return st;
     if (drv_stream_device(s) != e->device)
-        return drv_fail(FL_ERROR_INVALID_VALUE,
+        return fld_fail(FL_ERROR_INVALID_VALUE,
                         "event_record: event of device %d recorded on a stream of device %d",
                         e->device, drv_stream_device(s));
     atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
@@ -200,16 +203,16 @@ fl_status drv_event_elapsed_ms(fl_event start, fl_event end, float *ms) {
     if (st != FL_SUCCESS)
         return st;
     if (!ms)
-        return drv_fail(FL_ERROR_INVALID_POINTER, "event_elapsed_ms: ms is NULL");
+        return fld_fail(FL_ERROR_INVALID_POINTER, "event_elapsed_ms: ms is NULL");
     uint64_t r0, r1, t0, t1;
     int d0, d1;
     snapshot(start, &r0, &d0, &t0);
     snapshot(end, &r1, &d1, &t1);
     if (!r0 || !r1)
-        return drv_fail(FL_ERROR_INVALID_VALUE, "event_elapsed_ms: the %s event was never recorded",
+        return fld_fail(FL_ERROR_INVALID_VALUE, "event_elapsed_ms: the %s event was never recorded",
                         !r0 ? "start" : "end");
     if (start->device != end->device)
-        return drv_fail(FL_ERROR_INVALID_VALUE,
+        return fld_fail(FL_ERROR_INVALID_VALUE,
                         "event_elapsed_ms: events are on different devices (%d and %d)",
                         start->device, end->device);
     if (!d0 || !d1)

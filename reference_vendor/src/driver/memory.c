@@ -1,7 +1,7 @@
 /*
  * memory.c -- the allocator of the reference chip's device memory (the
  * region device.c maps), and range checks against live allocations.  Calls
- * device.c and error.c (driver.h lists the layers).
+ * device.c (driver.h lists the layers).
  *
  * The allocator is a best-fit free list with coalescing.  Blocks tile the
  * whole region in address order; live blocks also sit in a tsearch tree so
@@ -182,42 +182,42 @@ static void release_block(drv_device *dev, drv_block *b) {
         merge_into_prev(dev, b->prev, b);
 }
 
-drv_range_check drv_mem_check_locked(drv_device *dev, fl_devptr base, uint64_t offset,
-                                     uint64_t size, uint64_t *alloc_size) {
-    *alloc_size = 0;
-    if (!drv_mem_in_region(dev, base))
-        return DRV_RANGE_NO_ALLOCATION;
-    drv_block *b = find_live(dev, base - dev->dev_base);
-    if (!b)
-        return DRV_RANGE_NO_ALLOCATION;
-    *alloc_size = b->size;
-    uint64_t room = b->size - (base - dev->dev_base - b->start);
-    if (offset > room || size > room - offset)
-        return DRV_RANGE_OUT_OF_BOUNDS;
-    return DRV_RANGE_OK;
+static int find_allocation(void *ctx, int32_t device, fl_devptr address, fld_block *block) {
+    (void)ctx;
+    drv_device *dev = drv_device_get(device);
+    if (!dev || !drv_mem_in_region(dev, address))
+        return 0;
+    pthread_mutex_lock(&dev->lock);
+    drv_block *b = dev->heap_ready ? find_live(dev, address - dev->dev_base) : NULL;
+    if (b)
+        *block = (fld_block){dev->dev_base + b->start, b->size};
+    pthread_mutex_unlock(&dev->lock);
+    return b != NULL;
 }
+
+const fld_memory drv_memory = {find_allocation, NULL};
 
 /* ---- fl_malloc / fl_free / memory_info ------------------------------------ */
 
 static fl_status check_alloc_args(int32_t device, uint64_t size, uint64_t alignment,
                                   fl_devptr *out, drv_device **dev) {
     if (!out)
-        return drv_fail(FL_ERROR_INVALID_POINTER,
+        return fld_fail(FL_ERROR_INVALID_POINTER,
                         "fl_malloc(device=%d, size=%llu): NULL output pointer", device,
                         (unsigned long long)size);
     *out = 0;
     if (!(*dev = drv_device_get(device)))
         return drv_bad_device(device, "fl_malloc");
     if (alignment & (alignment - 1))
-        return drv_fail(FL_ERROR_INVALID_VALUE,
+        return fld_fail(FL_ERROR_INVALID_VALUE,
                         "fl_malloc(device=%d, size=%llu, alignment=%llu): alignment must be "
                         "0 or a power of two",
                         device, (unsigned long long)size, (unsigned long long)alignment);
     if (size == 0)
-        return drv_fail(FL_ERROR_INVALID_SIZE, "fl_malloc(device=%d, size=0): size must be > 0",
+        return fld_fail(FL_ERROR_INVALID_SIZE, "fl_malloc(device=%d, size=0): size must be > 0",
                         device);
     if (size > (*dev)->total_memory)
-        return drv_fail(FL_ERROR_INVALID_SIZE,
+        return fld_fail(FL_ERROR_INVALID_SIZE,
                         "fl_malloc(device=%d, size=%llu): larger than the device's %llu bytes",
                         device, (unsigned long long)size,
                         (unsigned long long)(*dev)->total_memory);
@@ -236,7 +236,7 @@ fl_status drv_malloc(int32_t device, uint64_t size, uint64_t alignment, fl_devpt
     pthread_mutex_lock(&dev->lock);
     if (!heap_ready_locked(dev)) {
         pthread_mutex_unlock(&dev->lock);
-        return drv_fail(FL_ERROR_INTERNAL, "fl_malloc(device=%d): out of host memory", device);
+        return fld_fail(FL_ERROR_INTERNAL, "fl_malloc(device=%d): out of host memory", device);
     }
     uint64_t pad = 0;
     drv_block *b = best_fit(dev, rounded, align, &pad);
@@ -244,7 +244,7 @@ fl_status drv_malloc(int32_t device, uint64_t size, uint64_t alignment, fl_devpt
     uint64_t free_now = dev->free_bytes;
     pthread_mutex_unlock(&dev->lock);
     if (!got)
-        return drv_fail(FL_ERROR_OUT_OF_MEMORY,
+        return fld_fail(FL_ERROR_OUT_OF_MEMORY,
                         "fl_malloc(device=%d, size=%llu, alignment=%llu): out of device memory "
                         "(%llu of %llu bytes free, no aligned run large enough)",
                         device, (unsigned long long)size, (unsigned long long)align,
@@ -264,7 +264,7 @@ fl_status drv_free(int32_t device, fl_devptr ptr) {
         release_block(dev, b);
     pthread_mutex_unlock(&dev->lock);
     if (!ok)
-        return drv_fail(FL_ERROR_INVALID_POINTER,
+        return fld_fail(FL_ERROR_INVALID_POINTER,
                         "fl_free(device=%d, ptr=0x%llx): not the start of a live allocation on "
                         "this device (foreign pointer, interior pointer or double free)",
                         device, (unsigned long long)ptr);
@@ -273,7 +273,7 @@ fl_status drv_free(int32_t device, fl_devptr ptr) {
 
 fl_status drv_memory_info(int32_t device, uint64_t *free_bytes, uint64_t *total_bytes) {
     if (!free_bytes || !total_bytes)
-        return drv_fail(FL_ERROR_INVALID_POINTER,
+        return fld_fail(FL_ERROR_INVALID_POINTER,
                         "memory_info(device=%d, free=%p, total=%p): NULL output pointer", device,
                         (void *)free_bytes, (void *)total_bytes);
     drv_device *dev = drv_device_get(device);

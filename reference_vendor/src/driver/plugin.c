@@ -15,6 +15,16 @@ static const fl_plugin_info g_info = {
     .plugin_version = "0.1.0",
 };
 
+/* ABI 1.2.  The lifecycle is counted by the driver library; the first
+ * initialisation maps the devices (what a runtime older than 1.2 gets lazily,
+ * at its first device call).  The last teardown releases nothing: tensors a
+ * client still holds keep their device memory until the process ends, and a
+ * later plugin_initialize finds the devices as they were. */
+static fl_status plugin_initialize(fl_plugin_initialize_args *args) { return fld_initialize(args, drv_devices_setup); }
+static fl_status plugin_teardown(fl_plugin_teardown_args *args) { return fld_teardown(args, NULL); }
+static fl_status stream_create_ex(fl_stream_create_args *args) { return fld_stream_create_ex(args, drv_stream_create); }
+static fl_status launch_kernel_ex(fl_launch_kernel_args *args) { return fld_launch_kernel_ex(args, drv_launch_kernel); }
+
 static const fl_api g_api = {
     .struct_size = sizeof(fl_api),
     .abi_version = {
@@ -23,7 +33,7 @@ static const fl_api g_api = {
         .minor = FL_ABI_VERSION_MINOR,
     },
     .info = &g_info,
-    .last_error_message = drv_last_error_message,
+    .last_error_message = fld_last_error_message,
     .device_count = drv_device_count,
     .device_properties = drv_device_properties,
     .fl_malloc = drv_malloc,
@@ -44,32 +54,21 @@ static const fl_api g_api = {
     .event_synchronize = drv_event_synchronize,
     .event_query = drv_event_query,
     .event_elapsed_ms = drv_event_elapsed_ms,
-    .kernel_table = drv_kernel_table,
+    .kernel_table = fld_kernel_table,
     .launch_kernel = drv_launch_kernel,
-    .extension_start = &drv_collectives_extension.base,
+    .extension_start = &drv_host_memory_extension.base,     /* then the collectives */
+    .plugin_initialize = plugin_initialize,
+    .plugin_teardown = plugin_teardown,
+    .stream_create_ex = stream_create_ex,
+    .launch_kernel_ex = launch_kernel_ex,
 };
 
-/* The one exported symbol.  Any 1.x request gets our 1.1 table: a newer
- * runtime reads only what our struct_size covers, an older one ignores the
- * tail.  A different major cannot be bridged and is refused by name. */
+/* The one exported symbol.  Any 1.x request gets our table: a newer runtime
+ * reads only what our struct_size covers, an older one ignores the tail (the
+ * reference initialises its devices lazily, so it serves runtimes of every
+ * minor).  A different major cannot be bridged and is refused by name
+ * (fl_driver.h, fld_negotiate). */
 __attribute__((visibility("default")))
 fl_status fl_plugin_get_api(const fl_abi_version *requested, const fl_api **out) {
-    if (!requested || !out)
-        return drv_fail(FL_ERROR_INVALID_POINTER,
-                        "fl_plugin_get_api(requested=%p, out=%p): NULL pointer",
-                        (const void *)requested, (void *)out);
-    *out = NULL;
-    if (requested->struct_size < FL_STRUCT_SIZE(fl_abi_version, minor))
-        return drv_fail(FL_ERROR_INVALID_VALUE,
-                        "fl_plugin_get_api: requested->struct_size=%zu is smaller than "
-                        "an fl_abi_version (%zu)",
-                        requested->struct_size, FL_STRUCT_SIZE(fl_abi_version, minor));
-    if (requested->major != FL_ABI_VERSION_MAJOR)
-        return drv_fail(FL_ERROR_INCOMPATIBLE_ABI,
-                        "fl_plugin_get_api: the runtime requested Torch-FL ABI %u.%u but the "
-                        "reference plugin implements ABI %d.%d (major versions differ)",
-                        requested->major, requested->minor, FL_ABI_VERSION_MAJOR,
-                        FL_ABI_VERSION_MINOR);
-    *out = &g_api;
-    return FL_SUCCESS;
+    return fld_negotiate(requested, out, &g_api, 0, "the reference plugin");
 }

@@ -1,6 +1,6 @@
 /*
  * queue.c -- the reference chip's task queues: what makes streams
- * asynchronous.  It calls only error.c (driver.h lists the layers).
+ * asynchronous.  It calls no other driver file (driver.h lists the layers).
  *
  * A queue is a FIFO ring of small tasks drained by one worker thread.  A
  * task leaves the ring only after it ran, so "queue empty" means "all work
@@ -51,7 +51,7 @@ static uint64_t slowdown_ns;
 
 /* FL_REFERENCE_SLOWDOWN="1,4": a factor per device index (here device 1 runs 4x
  * slower; missing entries are 1).  Models chips of different speeds for
- * mixed-speed training (README "Distributed training"): after a kernel that took
+ * mixed-speed training (docs/users/distributed.md): after a kernel that took
  * t, the worker sleeps (factor - 1) * t, so a slow device costs time but no host
  * CPU.  Parsed once; an entry that is not a number >= 1 counts as 1. */
 #define SLOWDOWN_MAX_DEVICES 64
@@ -188,6 +188,7 @@ static fl_status run_task(drv_queue *q, const drv_task *t, flk_ctx *ctx) {
         memset(t->u.set.dst, t->u.set.value, t->u.set.size);
         break;
     case DRV_TASK_HOST:
+    case DRV_TASK_MARK:
         t->u.host.fn(t->u.host.obj, t->u.host.value);
         break;
     case DRV_TASK_CALL:
@@ -250,6 +251,15 @@ static void *worker_main(void *arg) {
         if (q->head == q->tail)
             break; /* shut down and drained */
         drv_task t = q->ring[q->head & (q->cap - 1)];
+        if (t.kind == DRV_TASK_MARK) {
+            /* fl_abi.h: stream_query is done exactly when every record on the
+             * stream is complete; one critical section makes both visible. */
+            run_task(q, &t, &ctx);
+            q->head++;
+            if (q->done_waiters)
+                pthread_cond_broadcast(&q->done_cv);
+            continue;
+        }
         pthread_mutex_unlock(&q->lock);
         fl_status st = run_task(q, &t, &ctx);
         pthread_mutex_lock(&q->lock);
@@ -305,7 +315,7 @@ static fl_status publish_and_unlock(drv_queue *q) {
 
 static fl_status queue_full_error(drv_queue *q) {
     pthread_mutex_unlock(&q->lock);
-    return drv_fail(FL_ERROR_INTERNAL, "stream %p: out of host memory growing the task queue",
+    return fld_fail(FL_ERROR_INTERNAL, "stream %p: out of host memory growing the task queue",
                     (void *)q);
 }
 
@@ -385,7 +395,7 @@ fl_status drv_queue_start(drv_queue *q, int32_t device, const char *call) {
     memset(q, 0, sizeof *q);
     q->ring = malloc(QUEUE_INITIAL * sizeof *q->ring);
     if (!q->ring)
-        return drv_fail(FL_ERROR_INTERNAL, "%s(device=%d): out of host memory", call, device);
+        return fld_fail(FL_ERROR_INTERNAL, "%s(device=%d): out of host memory", call, device);
     q->device = device;
     q->cap = QUEUE_INITIAL;
     pthread_mutex_init(&q->lock, NULL);
@@ -397,7 +407,7 @@ fl_status drv_queue_start(drv_queue *q, int32_t device, const char *call) {
         pthread_cond_destroy(&q->done_cv);
         pthread_mutex_destroy(&q->lock);
         free(q->ring);
-        return drv_fail(FL_ERROR_DRIVER, "%s(device=%d): cannot start worker: %s", call, device,
+        return fld_fail(FL_ERROR_DRIVER, "%s(device=%d): cannot start worker: %s", call, device,
                         strerror(rc));
     }
     return FL_SUCCESS;
@@ -420,7 +430,7 @@ static fl_status take_error_locked(drv_queue *q) {
     if (st == FL_SUCCESS)
         return st;
     q->error = FL_SUCCESS;
-    return drv_fail(st, "%s", q->error_message);
+    return fld_fail(st, "%s", q->error_message);
 }
 
 void drv_queue_stop(drv_queue *q) {

@@ -29,7 +29,8 @@ static inline double gelu_tanh_inner(double x) {
  * float64 keeps the precise loops: float32 arithmetic would break float64's
  * bound (errors ~6e-7 against an allowance of 4e-7 + 4e-7 |y|), and a
  * float64 caller asked for float64.
- * Measured against PyTorch's float64 gelu over [-10, 10]: see BENCHMARKS.md. */
+ * Measured against PyTorch's float64 gelu over [-10, 10]: see docs/benchmarks/index.md
+ * "Fast kernel variant". */
 static inline float gelu_fast_none(float x) {
     const float z = (x < 0.0f ? -x : x) * (float)SQRT1_2;
     const float t = 1.0f / (1.0f + 0.3275911f * z);

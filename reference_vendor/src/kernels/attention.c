@@ -3,7 +3,7 @@
  * vendor's own attention, _scaled_dot_product_fused_attention_overrideable,
  * and its _backward.  The runtime picks them for
  * torch.nn.functional.scaled_dot_product_attention when a plugin offers both
- * (README, "Fused attention"); otherwise PyTorch's math path runs.
+ * (docs/users/attention.md); otherwise PyTorch's math path runs.
  *
  * Semantics are those of PyTorch's math path (attention.cpp):
  *   S = scale * Q K^T + bias, causal rows keep keys j <= i (top-left aligned),

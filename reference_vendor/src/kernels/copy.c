@@ -1,7 +1,7 @@
 /*
- * copy.c -- copy_ (any dtype to any dtype, broadcasting, arbitrary
- * strides on both sides, overlapping src/dst handled through a temporary),
- * fill_.Scalar and zero_ for every dtype.
+ * copy.c -- copy_ (any dtype to any dtype, float8 included, broadcasting,
+ * arbitrary strides on both sides, overlapping src/dst handled through a
+ * temporary), fill_.Scalar and zero_ for every dtype.
  */
 #include "fl_kernel.h"
 
@@ -233,7 +233,7 @@ FLK_KERNEL_FN(k_copy_) {
     flk_free(tmp);
     return FL_SUCCESS;
 }
-FLK_REGISTER("copy_", FLK_REAL_TYPES, k_copy_);
+FLK_REGISTER("copy_", FLK_REAL_TYPES | FLK_FP8_TYPES, k_copy_);
 
 /* fill_.Scalar(Tensor(a!) self, Scalar value) -> self */
 FLK_KERNEL_FN(k_fill__scalar) {
@@ -258,4 +258,4 @@ FLK_KERNEL_FN(k_zero_) {
     fill_tensor(out, &z);
     return FL_SUCCESS;
 }
-FLK_REGISTER("zero_", FLK_REAL_TYPES, k_zero_);
+FLK_REGISTER("zero_", FLK_REAL_TYPES | FLK_FP8_TYPES, k_zero_);

@@ -152,8 +152,14 @@ static fl_status scatter_impl(const char *op, const fl_arg *args, uint32_t nargs
     FLK_TRY(flk_wrap_dim(&a, dim64, self->ndim, &dim));
     if (flk_numel(index) > 0)
         FLK_TRY(check_index_dtype(&a, index, "index"));
-    FLK_TRY(copy_if_distinct(&a, self, out));
-    return scatter_into(&a, out, dim, index, src, with_value ? &value : NULL, mode);
+    flk_unshared copy = {.memory = NULL};     /* src in self's memory: read it before self is written */
+    if (src)
+        FLK_TRY(flk_unshare(&a, out, src, 1, &copy, &src));
+    fl_status st = copy_if_distinct(&a, self, out);
+    if (st == FL_SUCCESS)
+        st = scatter_into(&a, out, dim, index, src, with_value ? &value : NULL, mode);
+    flk_unshared_free(&copy);
+    return st;
 }
 #define K_SCATTER(FN, OP, WITH_VALUE, MODE) \
     FLK_KERNEL_FN(FN) { return scatter_impl(OP, args, nargs, ctx, WITH_VALUE, MODE); }
@@ -169,6 +175,27 @@ K_SCATTER(k_scatter_add, "scatter_add", 0, PUT_ADD)
 FLK_REGISTER("scatter_add", FLK_REAL_TYPES, k_scatter_add);
 K_SCATTER(k_scatter_add_, "scatter_add_", 0, PUT_ADD)
 FLK_REGISTER("scatter_add_", FLK_REAL_TYPES, k_scatter_add_);
+
+/* out[.., index[j], ..] += alpha * source[.., j, ..] */
+static fl_status add_at_index(const flk_args *a, const fl_tensor *out, int32_t dim, const fl_tensor *index,
+                              const fl_tensor *source, double alpha) {
+    const int64_t size = out->ndim ? out->sizes[dim] : 1;
+    int64_t idx[FLK_MAX_DIMS] = {0}, dst[FLK_MAX_DIMS], k[1];
+    do {
+        k[0] = source->ndim ? idx[dim] : 0;
+        const int64_t v = load_index(index, k);
+        if (v < 0 || v >= size)
+            return flk_fail(a, "index %lld is out of range for dimension %d of size %lld",
+                            (long long)v, (int)dim, (long long)size);
+        memcpy(dst, idx, sizeof(int64_t) * (size_t)source->ndim);
+        if (source->ndim)
+            dst[dim] = v;
+        char *o = flk_elem_ptr(out, dst);
+        const double s = flk_load_f64(flk_elem_ptr(source, idx), source->dtype);
+        flk_store_f64(o, out->dtype, flk_load_f64(o, out->dtype) + alpha * s);
+    } while (next_index(idx, source->sizes, source->ndim));
+    return FL_SUCCESS;
+}
 
 /* index_add(self, dim, index, source, *, alpha): out = self; out[.., index[j], ..] +=
  * alpha * source[.., j, ..] */
@@ -191,26 +218,15 @@ static fl_status index_add_impl(const char *op, const fl_arg *args, uint32_t nar
     if (!flk_is_floating(out->dtype) || source->ndim != out->ndim)
         return flk_fail(&a, "float tensors of equal rank are supported (self %s, %d-d source)",
                         flk_dtype_name(out->dtype), (int)source->ndim);
-    FLK_TRY(copy_if_distinct(&a, self, out));
-    if (flk_numel(source) == 0)
-        return FL_SUCCESS;
-    const int64_t size = out->ndim ? out->sizes[dim] : 1;
-    int64_t idx[FLK_MAX_DIMS] = {0}, dst[FLK_MAX_DIMS], k[1];
-    do {
-        k[0] = source->ndim ? idx[dim] : 0;
-        const int64_t v = load_index(index, k);
-        if (v < 0 || v >= size)
-            return flk_fail(&a, "index %lld is out of range for dimension %d of size %lld",
-                            (long long)v, (int)dim, (long long)size);
-        memcpy(dst, idx, sizeof(int64_t) * (size_t)source->ndim);
-        if (source->ndim)
-            dst[dim] = v;
-        char *o = flk_elem_ptr(out, dst);
-        const double s = flk_load_f64(flk_elem_ptr(source, idx), source->dtype);
-        flk_store_f64(o, out->dtype, flk_load_f64(o, out->dtype) + alpha.f * s);
-    } while (next_index(idx, source->sizes, source->ndim));
-    return FL_SUCCESS;
+    flk_unshared copy;     /* source in self's memory: read it before self is written */
+    FLK_TRY(flk_unshare(&a, out, source, 1, &copy, &source));
+    fl_status st = copy_if_distinct(&a, self, out);
+    if (st == FL_SUCCESS && flk_numel(source) > 0)
+        st = add_at_index(&a, out, dim, index, source, alpha.f);
+    flk_unshared_free(&copy);
+    return st;
 }
+
 FLK_KERNEL_FN(k_index_add) { return index_add_impl("index_add", args, nargs, ctx); }
 FLK_REGISTER("index_add", FLK_FLOAT_TYPES, k_index_add);
 FLK_KERNEL_FN(k_index_add_) { return index_add_impl("index_add_", args, nargs, ctx); }
@@ -533,9 +549,14 @@ FLK_KERNEL_FN(k_index_put_impl_) {
     FLK_TRY(flk_get_tensor(&a, 2, "values", &values));
     FLK_TRY(flk_get_bool(&a, 3, "accumulate", &accumulate));
     FLK_TRY(flk_get_tensor(&a, 5, "out", &out));
-    FLK_TRY(expand_masks(&a, self, ix, nix, &mi));
-    const fl_status st = index_scatter(&a, self, &mi, values, accumulate);
-    free_masks(&mi);
+    flk_unshared copy;     /* values in self's memory: read them before self is written */
+    FLK_TRY(flk_unshare(&a, self, values, 1, &copy, &values));
+    fl_status st = expand_masks(&a, self, ix, nix, &mi);
+    if (st == FL_SUCCESS) {
+        st = index_scatter(&a, self, &mi, values, accumulate);
+        free_masks(&mi);
+    }
+    flk_unshared_free(&copy);
     return st;
 }
 FLK_REGISTER("_index_put_impl_", FLK_REAL_TYPES, k_index_put_impl_);

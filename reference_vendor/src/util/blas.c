@@ -10,7 +10,7 @@
 #include <cblas.h>
 
 /* OpenBLAS starts one thread per core by default.  A reference device is one
- * stream worker, one core (README "Architecture"): BLAS threads of its own
+ * stream worker, one core (docs/vendors/reference-vendor.md "Environment"): BLAS threads of its own
  * compete with the launching thread and with the other devices' workers, and
  * on a host with no idle core a gemm of a tiny model's shapes then waits for
  * its helper thread's time slice (11 ms instead of 0.2 ms per 256x64x64 mm on

@@ -16,7 +16,7 @@
 #include "internal.h"
 
 static fl_status decline(const char *call) {
-    return plg_fail(FL_ERROR_NOT_SUPPORTED, "%s: collectives are not written yet (src/collective.c)", call);
+    return fld_fail(FL_ERROR_NOT_SUPPORTED, "%s: collectives are not written yet (src/collective.c)", call);
 }
 
 static fl_status comm_get_unique_id(fl_comm_get_unique_id_args *args) {
@@ -85,4 +85,5 @@ const fl_collectives_extension plg_collectives = {
     .all_to_all = all_to_all,
     .send = send_fn,
     .recv = recv_fn,
+    .reach = FL_COMM_REACH_HOST,                       /* TODO(vendor): FL_COMM_REACH_ANY if it crosses hosts */
 };

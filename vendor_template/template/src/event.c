@@ -16,13 +16,14 @@
  */
 #include "internal.h"
 
+#include <stdlib.h>
 #include <time.h>
 
-static plg_registry g_events = PLG_REGISTRY_INIT;
+static fld_handles g_events = FLD_HANDLES_INIT;
 static pthread_mutex_t g_event_lock = PTHREAD_MUTEX_INITIALIZER;   /* guards recorded/time_ms */
 
 fl_status plg_event_check(fl_event event, const char *call) {
-    return plg_handle_check(&g_events, event, "event", call);
+    return fld_handle_check(&g_events, event, "event", call);
 }
 
 static double now_ms(void) {
@@ -32,14 +33,29 @@ static double now_ms(void) {
 }
 
 fl_status plg_event_create(int32_t device, fl_event *out) {
-    void *handle = NULL;
-    fl_status status = plg_handle_create(&g_events, sizeof **out, device, "event_create", out ? &handle : NULL);
-    if (status == FL_SUCCESS)
-        *out = handle;
-    return status;
+    if (!out)
+        return fld_fail(FL_ERROR_INVALID_POINTER, "event_create(device=%d): out is NULL", device);
+    if (!plg_device_valid(device))
+        return plg_bad_device(device, "event_create");
+    fl_event event = calloc(1, sizeof *event);
+    if (!event)
+        return fld_fail(FL_ERROR_OUT_OF_MEMORY, "event_create(device=%d): out of host memory", device);
+    event->device = device;
+    fl_status status = fld_handle_add(&g_events, event, "event_create");
+    if (status != FL_SUCCESS) {
+        free(event);
+        return status;
+    }
+    *out = event;
+    return FL_SUCCESS;
 }
 
-fl_status plg_event_destroy(fl_event event) { return plg_handle_destroy(&g_events, event, "event", "event_destroy"); }
+fl_status plg_event_destroy(fl_event event) {
+    fl_status status = fld_handle_remove(&g_events, event, "event", "event_destroy");
+    if (status == FL_SUCCESS)
+        free(event);
+    return status;
+}
 
 fl_status plg_event_record(fl_event event, fl_stream stream) {
     fl_status status = plg_event_check(event, "event_record");
@@ -48,7 +64,7 @@ fl_status plg_event_record(fl_event event, fl_stream stream) {
     if (status != FL_SUCCESS)
         return status;
     if (event->device != stream->device)
-        return plg_fail(FL_ERROR_INVALID_VALUE, "event_record: event of device %d on a stream of device %d",
+        return fld_fail(FL_ERROR_INVALID_VALUE, "event_record: event of device %d on a stream of device %d",
                         event->device, stream->device);
     pthread_mutex_lock(&g_event_lock);
     event->recorded = 1;
@@ -68,16 +84,16 @@ fl_status plg_event_elapsed_ms(fl_event start, fl_event end, float *ms) {
     if (status != FL_SUCCESS)
         return status;
     if (!ms)
-        return plg_fail(FL_ERROR_INVALID_POINTER, "event_elapsed_ms: ms is NULL");
+        return fld_fail(FL_ERROR_INVALID_POINTER, "event_elapsed_ms: ms is NULL");
     pthread_mutex_lock(&g_event_lock);
     int start_recorded = start->recorded, end_recorded = end->recorded;
     double elapsed = end->time_ms - start->time_ms;
     pthread_mutex_unlock(&g_event_lock);
     if (!start_recorded || !end_recorded)
-        return plg_fail(FL_ERROR_INVALID_VALUE, "event_elapsed_ms: the %s event was never recorded",
+        return fld_fail(FL_ERROR_INVALID_VALUE, "event_elapsed_ms: the %s event was never recorded",
                         start_recorded ? "end" : "start");
     if (start->device != end->device)
-        return plg_fail(FL_ERROR_INVALID_VALUE, "event_elapsed_ms: events are on different devices (%d and %d)",
+        return fld_fail(FL_ERROR_INVALID_VALUE, "event_elapsed_ms: events are on different devices (%d and %d)",
                         start->device, end->device);
     *ms = (float)elapsed;
     return FL_SUCCESS;

@@ -13,22 +13,37 @@
  */
 #include "internal.h"
 
-static plg_registry g_streams = PLG_REGISTRY_INIT;
+#include <stdlib.h>
+
+static fld_handles g_streams = FLD_HANDLES_INIT;
 
 fl_status plg_stream_check(fl_stream stream, const char *call) {
-    return plg_handle_check(&g_streams, stream, "stream", call);
+    return fld_handle_check(&g_streams, stream, "stream", call);
 }
 
 fl_status plg_stream_create(int32_t device, fl_stream *out) {
-    void *handle = NULL;
-    fl_status status = plg_handle_create(&g_streams, sizeof **out, device, "stream_create", out ? &handle : NULL);
-    if (status == FL_SUCCESS)
-        *out = handle;
-    return status;
+    if (!out)
+        return fld_fail(FL_ERROR_INVALID_POINTER, "stream_create(device=%d): out is NULL", device);
+    if (!plg_device_valid(device))
+        return plg_bad_device(device, "stream_create");
+    fl_stream stream = calloc(1, sizeof *stream);
+    if (!stream)
+        return fld_fail(FL_ERROR_OUT_OF_MEMORY, "stream_create(device=%d): out of host memory", device);
+    stream->device = device;
+    fl_status status = fld_handle_add(&g_streams, stream, "stream_create");
+    if (status != FL_SUCCESS) {
+        free(stream);
+        return status;
+    }
+    *out = stream;
+    return FL_SUCCESS;
 }
 
 fl_status plg_stream_destroy(fl_stream stream) {
-    return plg_handle_destroy(&g_streams, stream, "stream", "stream_destroy");
+    fl_status status = fld_handle_remove(&g_streams, stream, "stream", "stream_destroy");
+    if (status == FL_SUCCESS)
+        free(stream);
+    return status;
 }
 
 fl_status plg_stream_synchronize(fl_stream stream) { return plg_stream_check(stream, "stream_synchronize"); }
