@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -40,7 +41,32 @@ class BuildPyWithReferencePlugin(build_py):
             output = Path(self.build_lib) / "reference_vendor" / read_spec(source).library
             built = build(source, output=output, force=True)   # a fresh build tree: always compile
             _write_abi_module(Path(self.build_lib))
+            _prebuild_bridge(Path(self.build_lib))
         print(f"torch-fl: built the reference vendor plugin {built}")
+
+
+def _prebuild_bridge(build_lib: Path) -> None:
+    """The native bridge (fl_runtime/bridge), built into the wheel when the environment being
+    installed into already has torch: the build runs the target interpreter in isolated mode
+    (-I: pip's build-environment path is dropped, so the target's site-packages, and its torch,
+    are seen).  Without torch there, or without a C++ compiler, the bridge is built on first use."""
+    builder = ROOT / "fl_runtime" / "bridge" / "build.py"
+    into = build_lib / "fl_runtime" / "bridge" / "_prebuilt"
+    script = (f"import importlib.util as u, sys; s = u.spec_from_file_location('fl_bridge_build', {str(builder)!r}); "
+              f"b = sys.modules['fl_bridge_build'] = u.module_from_spec(s); s.loader.exec_module(b); "
+              f"print(b.ensure_built(into=__import__('pathlib').Path({str(into)!r}), announce=print))")
+    found = subprocess.run([sys.executable, "-I", "-c", "import torch"], capture_output=True)
+    if found.returncode != 0:
+        print("torch-fl: torch is not installed where torch-fl goes: the native bridge is built on first use")
+        return
+    result = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True)
+    for leftover in [*into.glob("*.lock"), into / "timings.json"]:     # the cache's, not the wheel's
+        leftover.unlink(missing_ok=True)
+    if result.returncode == 0:
+        print(f"torch-fl: built the native bridge: {result.stdout.strip().splitlines()[-1]}")
+    else:
+        reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"torch-fl: the native bridge was not built ({reason}); it is built on first use")
 
 
 def _write_abi_module(build_lib: Path) -> None:
@@ -49,9 +75,9 @@ def _write_abi_module(build_lib: Path) -> None:
     A wheel without it still works (the first import generates it into the user's cache)."""
     abi = ROOT / "fl_runtime" / "abi"
     header, outofline, dlpack = (_load_by_path(abi / f"{name}.py") for name in ("header", "outofline", "dlpack"))
-    text = (ROOT / "fl_sdk" / "include" / "fl_abi.h").read_text(encoding="utf-8")
-    # the header's declarations, and DLPack's (devices/storage.py): every C text a start-up reads
-    for region, name in ((header.cdef_region(text), outofline.PACKAGED.name), (dlpack.CDEF, dlpack.PACKAGED.name)):
+    abi_cdef = header.read_cdef(ROOT / "fl_sdk" / "include" / "fl_abi.h")     # with its extension headers
+    # the headers' declarations, and DLPack's (devices/storage.py): every C text a start-up reads
+    for region, name in ((abi_cdef, outofline.PACKAGED.name), (dlpack.CDEF, dlpack.PACKAGED.name)):
         target = build_lib / "fl_runtime" / "abi" / name
         if outofline.write_module(region, target):
             print(f"torch-fl: generated the cffi module {target}")

@@ -9,7 +9,7 @@ autoload does it inside `import torch`, `import torch_fl` does it and raises
 what went wrong, and every call below starts it when needed.  With PyTorch's
 autoload off (TORCH_DEVICE_BACKEND_AUTOLOAD=0, as the conformance suite's
 workers run), importing this package or one of its modules starts nothing.
-The layers and what each may import: README, "Architecture".
+The layers and what each may import: docs/contributors/layers.md.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ LAZY_NAMES = {"profile": "fl_runtime.tools.profiler", "Profile": "fl_runtime.too
               "graph_summary": "fl_runtime.integration.graph_backend"}
 
 remember_recent_log()      # before start-up: doctor shows start-up warnings
-if os.environ.get("TORCH_FL_PROFILE"):   # profile the whole process (README, "Profiler")
+if os.environ.get("TORCH_FL_PROFILE"):   # profile the whole process (docs/users/profiling.md "Profiler")
     importlib.import_module(LAZY_NAMES["profile"]).start_from_env()
 torch_profiler.install()   # torch.autograd.profiler.profile(use_device="fl"): host and fl times
 
@@ -94,7 +94,7 @@ def synchronize(device: int | None = None) -> None:
 
 
 def last_hidden_error() -> BaseException | None:
-    """The exception a tensor freed during its unwinding hid (README, "Status and known limits")."""
+    """The exception a tensor freed during its unwinding hid (docs/users/limits.md)."""
     from fl_runtime.devices.storage import last_hidden_error as hidden
     return hidden()
 

@@ -2,7 +2,7 @@
 
 setup.py builds each as an optional C extension (no torch headers): a missing compiler
 leaves the package working on the Python versions, which stay beside them with the same
-behaviour and tests.  README ("Compiled helpers") lists them:
+behaviour and tests.  docs/contributors/compiled-helpers.md lists them:
 - `fl_runtime.devices._dltensor` (devices/storage.py): fl tensors made and freed without Python;
 - `fl_runtime.ops._program` (ops/fast_path.py, ops/marshal.py): a replayed program's call key
   and tensor sites;

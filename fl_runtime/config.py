@@ -3,7 +3,7 @@
 The file is optional; a missing file means the defaults below.  Its path can
 be overridden with TORCH_FL_CONFIG.  PyYAML is imported only when there is a file
 to read: most processes have none, and every start-up pays for what `import
-torch` loads (BENCHMARKS.md, "import").
+torch` loads (docs/benchmarks/index.md "Start-up").
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ VARIANTS = ("precise", "fast")
 
 @dataclass(frozen=True)
 class KernelsConfig:
-    """Which vendor kernel variant runs when a vendor offers both (README "Fallbacks, profiling and coverage")."""
+    """Which vendor kernel variant runs when a vendor offers both (docs/users/profiling.md)."""
     variant: str = "precise"                       # the global policy
     per_op: tuple[tuple[str, str], ...] = ()       # (kernel-table op name, variant); beats the rest
     fast_under_autocast: bool = True               # inside torch.autocast("fl"), prefer fast

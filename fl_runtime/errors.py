@@ -6,9 +6,18 @@ from __future__ import annotations
 
 import torch
 
+from fl_runtime import tracebacks
+
 
 class FLError(RuntimeError):
-    """Base class of every Torch-FL error."""
+    """Base class of every Torch-FL error.
+
+    Each one is remembered (weakly), so that the runtime's frames in its traceback stop
+    holding tensors by the time device memory is next needed (fl_runtime.tracebacks)."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        tracebacks.remember(self)
 
 
 class TorchVersionError(FLError, ImportError):
@@ -104,7 +113,7 @@ class FLOutOfMemoryError(torch.OutOfMemoryError, FLError):
 
 
 class StackLockError(FLError):
-    """A `torch-fl lock` file cannot be used (README, "Upgrading safely")."""
+    """A `torch-fl lock` file cannot be used (docs/operators/locks-and-upgrades.md)."""
 
 
 class LockFileError(StackLockError):
@@ -152,10 +161,15 @@ class FLSharingError(FLError):
 
 
 class FLCompileError(FLError):
-    """torch.compile's Inductor produced something fl cannot run (README, "torch.compile")."""
+    """torch.compile's Inductor produced something fl cannot run (docs/users/compile.md)."""
 
 
 class GraphReplayError(FLError):
     """A graph compiled with backend="fl" met, while replaying its launches, a layout that
     differs from its record or a launch the vendor declined; the graph runs eagerly from its
-    next call (README, "Graph path")."""
+    next call (docs/users/graph-path.md)."""
+
+
+class FLIntegrationError(FLError):
+    """A third-party framework asked for a combination on fl it would run wrongly
+    (docs/users/do-no-harm.md); the message names the supported recipe."""

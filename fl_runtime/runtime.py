@@ -2,7 +2,7 @@
 streams, allocators, RNG and the op launcher, and the few services the
 PyTorch-facing modules share (allocating a tensor, ordering against writers).
 
-Threads (README "Threads"): the current device is per host thread, as in CUDA
+Threads (docs/users/devices.md "Threads"): the current device is per host thread, as in CUDA
 (a new thread starts on fl:0), like the current stream (devices/streams.py).
 Everything else here is shared, and each piece guards its own multi-step
 updates with its own lock.
@@ -49,7 +49,7 @@ class Runtime:
             sources, CertificationPolicy.from_config(self.config.certification), self.config.probe_plugins)
         self.devices: list[DeviceInfo]
         self.devices, self.device_notes = build_device_list(self.plugins, self.config)
-        if self.config.require_lock:      # before any device is used (README, "Upgrading safely")
+        if self.config.require_lock:      # before any device is used (docs/operators/locks-and-upgrades.md)
             enforce_lock(self.config.require_lock, self.plugins)
         self.streams = StreamRegistry(self._open_default_streams())
         self.op_names = build_op_table(self.devices, self.config.kernels)
@@ -99,6 +99,17 @@ class Runtime:
         self.device(index)
         self._local.device = index
 
+    def use_native_thread_state(self, bridge) -> None:
+        """With the native bridge, each thread's current device and streams live in C++, where
+        PyTorch's device guard reads them (docs/users/native-bridge.md): from now on this
+        runtime reads and writes them there."""
+        def set_current_device(index: int) -> None:
+            self.device(index)
+            bridge.set_current_device(index)
+        self.current_device = bridge.current_device          # the C function itself: the hot path
+        self.set_current_device = set_current_device
+        self.streams.use_native_thread_state(bridge.current_stream, bridge.set_current_stream)
+
     def empty_reason(self) -> str:
         """Why there are no devices, for messages, logs and doctor."""
         if not self.plugins and not self.load_failures:
@@ -139,7 +150,7 @@ class Runtime:
     def copy_to_host(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         copy_to_host(self, src, dst)
 
-    # -- ordering across streams (README "Device API") ------------------------------------------
+    # -- ordering across streams (docs/users/devices.md) ------------------------------------------
     def note_cross_stream(self) -> None:
         self._cross_stream = True
 

@@ -1,44 +1,28 @@
-"""Refuse, at import, a PyTorch outside the range pyproject.toml declares.
+"""Refuse, at import, a PyTorch outside the window this release was tested with.
 
-The range lives once, in pyproject's dependency on torch; installed, it is read
-from the package metadata, in a source checkout from pyproject.toml itself.
+The window lives once, in fl_runtime/version.py (TORCH_WINDOW); pyproject.toml's
+dependency on torch repeats only its lower bound (tests/test_torch_version.py checks
+that they agree), so that pip never downgrades a newer torch to satisfy Torch-FL.
 """
 from __future__ import annotations
 
-import importlib.metadata
+import os
 import re
-from pathlib import Path
 
 import torch
 
 from fl_runtime.errors import TorchVersionError
+from fl_runtime.logs import logger
+from fl_runtime.version import TORCH_WINDOW, __version__
 
-_PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+ALLOW_UNTESTED_ENV = "TORCH_FL_ALLOW_UNTESTED_TORCH"
 
 
 def supported_torch_range() -> str:
-    """The torch version specifier this build of Torch-FL declares, e.g. '<2.15,>=2.13'.
-
-    Running from a source checkout (editable installs too), pyproject.toml beside the
-    package is the truth: installed metadata, or a stale *.egg-info left in the tree by
-    an earlier build, may describe another revision."""
-    if _PYPROJECT.is_file():
-        requirements = re.findall(r'"(torch[<>=!~ ][^"]*)"', _PYPROJECT.read_text())
-    else:
-        try:
-            requirements = importlib.metadata.requires("torch-fl") or []
-        except importlib.metadata.PackageNotFoundError:
-            requirements = []
-    for text in requirements:
-        specifier = _torch_specifier(text)
-        if specifier is not None:
-            return specifier
-    raise TorchVersionError("Torch-FL's metadata declares no torch requirement; reinstall torch-fl")
+    """The torch versions this build of Torch-FL is tested with, e.g. '>=2.13,<2.16'."""
+    return TORCH_WINDOW
 
 
-# A plain `torch<specifiers>` requirement, read without packaging.requirements (whose
-# marker grammar every start-up would otherwise import); anything else goes to it.
-_PLAIN_TORCH = re.compile(r"torch\s*((?:[<>=!~]=?|===)[^;@\[\]]*)")
 # A clause that compares with a plain release ('>=2.13', '<2.15'): decided without packaging,
 # whose specifier module cost ~3 ms of every start-up.  Anything else (~=, ===, wildcards,
 # pre-releases) is packaging's.
@@ -46,20 +30,6 @@ _PLAIN_CLAUSE = re.compile(r"\s*(<=|>=|==|!=|<|>)\s*(\d+(?:\.\d+)*)\s*")
 _PLAIN_RELEASE = re.compile(r"\d+(?:\.\d+)*")
 _COMPARE = {"<": tuple.__lt__, "<=": tuple.__le__, ">": tuple.__gt__, ">=": tuple.__ge__,
             "==": tuple.__eq__, "!=": tuple.__ne__}
-
-
-def _torch_specifier(text: str) -> str | None:
-    """The specifier of a requirement on torch without markers ('<2.15,>=2.13'), else None."""
-    plain = _PLAIN_TORCH.fullmatch(text.strip())
-    if plain:
-        clauses = plain.group(1).split(",")
-        if all(_PLAIN_CLAUSE.fullmatch(c) for c in clauses):   # packaging's str(): sorted, no spaces
-            return ",".join(sorted("".join(c.split()) for c in clauses))
-        from packaging.specifiers import SpecifierSet
-        return str(SpecifierSet(plain.group(1)))
-    from packaging.requirements import Requirement
-    req = Requirement(text)
-    return str(req.specifier) if req.name == "torch" and not req.marker else None
 
 
 def admits(spec: str, version: str) -> bool:
@@ -83,33 +53,67 @@ def _padded(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[tuple[int, ...], tu
     return a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
 
 
+def _lower_bound(spec: str) -> str:
+    return next(c.split(">=", 1)[1] for c in spec.split(",") if c.startswith(">="))
+
+
 def check_torch_version(version: str | None = None) -> None:
-    """Raise TorchVersionError naming both versions when torch is unsupported."""
+    """Raise TorchVersionError naming both versions when torch is outside the window; a torch
+    newer than the window is let through (and logged) under TORCH_FL_ALLOW_UNTESTED_TORCH=1."""
     found = (version or torch.__version__).split("+")[0]
     spec = supported_torch_range()
-    if not admits(spec, found):
+    if admits(spec, found):
+        return
+    if not admits(f">={_lower_bound(spec)}", found):
         raise TorchVersionError(
-            f"Torch-FL supports torch{spec}, but torch {found} is installed: "
-            f"install a supported PyTorch (pip install 'torch{spec}') or a Torch-FL release built for {found}")
+            f"Torch-FL {__version__} supports torch{spec}, but torch {found} is installed, which is older: "
+            f"install a supported PyTorch (pip install 'torch{spec}')")
+    if os.environ.get(ALLOW_UNTESTED_ENV) == "1":
+        logger.warning("torch %s is newer than the PyTorch minors Torch-FL %s was tested with (torch%s); "
+                       "running untested because %s=1", found, __version__, spec, ALLOW_UNTESTED_ENV)
+        return
+    raise TorchVersionError(
+        f"Torch-FL {__version__} supports torch{spec}, but torch {found} is installed, which is newer than "
+        f"this release was tested with. Upgrade Torch-FL (pip install -U torch-fl): each PyTorch minor is "
+        f"admitted by the first Torch-FL release after it passes the admission checklist (docs/contributors/"
+        f"private-pytorch-names.md). Or install a supported PyTorch (pip install 'torch{spec}'). "
+        f"To run untested at your own risk, set {ALLOW_UNTESTED_ENV}=1 (logged).")
 
 
 # ---- what the runtime takes from PyTorch beyond its public API ------------------------
-# One line per private entry point fl_runtime uses, with why; the README's "Supported
-# PyTorch versions" says how a new minor is admitted: tests/test_torch_version.py checks
+# One line per private entry point fl_runtime uses, with why; how a new minor is admitted:
+# docs/contributors/private-pytorch-names.md "Admitting a new minor".  tests/test_torch_version.py checks
 # that every name here exists in the running PyTorch and that the runtime uses no private
 # name missing from this table, under each supported minor in CI.
 #
-# Differences between the supported minors: none so far.  2.13 and 2.14 behave the same
-# for every path below (the runtime's tests pass unchanged under both, with one plugin
-# binary).  When a minor differs, the branch goes here, as a function keyed on
+# Differences between the supported minors: none so far.  2.13, 2.14 and 2.15 behave the
+# same for every path below (the runtime's tests pass unchanged under each, with one plugin
+# binary; every name below exists in all three).  When a minor differs, the branch goes here, as a function keyed on
 # TORCH_MINOR, with the reason, and callers use the function.
 TORCH_MINOR: tuple[int, int] = tuple(int(n) for n in re.match(r"(\d+)\.(\d+)", torch.__version__).groups())
 
 PRIVATE_APIS: dict[str, str] = {
     "torch._C._acc.PrivateUse1Hooks": "the Python-backend hooks (is_available, has_primary_context)",
-    "torch._C._acc.DeviceGuard": "the Python-backend device guard (reports one device: README limits)",
+    "torch._C._acc.DeviceGuard": "the Python-backend device guard (reports one device: docs/users/limits.md)",
     "torch._C._acc.register_python_privateuseone_hook": "installs the hooks",
     "torch._C._acc.register_python_privateuseone_device_guard": "installs the device guard",
+    "torch._C._accelerator_getAccelerator": "whether fl is the current accelerator (integration/accelerator)",
+    "torch._C._accelerator_getDeviceIndex": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._accelerator_setDeviceIndex": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._accelerator_exchangeDevice": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._accelerator_maybeExchangeDevice": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._accelerator_getStream": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._accelerator_setStream": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._accelerator_synchronizeDevice": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._accelerator_isAllocatorInitialized": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._accelerator_emptyCache": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._accelerator_emptyHostCache": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._accelerator_getDeviceStats": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._accelerator_resetAccumulatedStats": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._accelerator_resetPeakStats": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._accelerator_getMemoryInfo": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._accelerator_getDeviceCapability": "torch.accelerator, routed to torch.fl without the bridge",
+    "torch._C._GLIBCXX_USE_CXX11_ABI": "the C++ ABI flag the native bridge is compiled with (bridge/build.py)",
     "torch._C._get_privateuse1_backend_name": "refuses to share the slot with another backend",
     "torch._C._autograd.DeviceType.PrivateUse1": "the device type of torch.Stream / record_stream",
     "torch._C._set_multithreading_enabled": "backward on the calling thread (one device-guard queue)",

@@ -14,12 +14,20 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from fl_runtime.bridge import build as bridge_build
+
 ROOT = Path(__file__).resolve().parent.parent
 
 settings.register_profile("ci", max_examples=25, derandomize=True, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# Tests that point XDG_CACHE_HOME at a fresh directory (to start the probe or ABI caches
+# cold) must not also start the native bridge's cache cold: each such child would compile
+# the bridge again (about a minute).  TORCH_FL_CACHE_DIR pins the bridge cache where this
+# session found it (docs/users/native-bridge.md); tests of the bridge cache set their own.
+os.environ.setdefault(bridge_build.CACHE_ENV, str(bridge_build.cache_dir().parent))
 
 
 def run_python(code: str, env: dict | None = None, timeout: float = 300, cwd: Path | None = None):
@@ -44,6 +52,9 @@ def script(tmp_path):
         return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, cwd=ROOT)
     return run
+
+
+PYTHON_ROUTE = {"TORCH_FL_BRIDGE": "0"}     # env of a child on the Python route (docs/users/native-bridge.md)
 
 
 @pytest.fixture(scope="session")

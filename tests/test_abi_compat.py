@@ -1,10 +1,11 @@
-"""ABI compatibility, proven: a plugin built from the frozen ABI 1.0 header runs under this runtime.
+"""ABI compatibility, proven: plugins built from the frozen ABI 1.0 and 1.1 headers run under this runtime.
 
-tests/fixtures/abi_1_0/ holds fl_abi.h exactly as ABI 1.0 shipped it and a small
-plugin compiled against it (its table is the 1.0 table: shorter than today's,
-minor 0).  The runtime must load it, give it devices, run work on them, report
-that it offers no 1.1 feature set (collectives), and the conformance suite's
-1.0 categories must pass on it (fl_abi.h, "COMPATIBILITY PROMISE").
+tests/fixtures/abi_1_0/ and abi_1_1/ hold fl_abi.h exactly as ABI 1.0 and 1.1 shipped it and
+a small plugin compiled against each (its table is that minor's table: shorter than today's;
+the 1.1 one carries the 1.1 collectives extension).  The runtime must load them, give them
+devices, run work on them, read the feature sets each offers (1.0: none; 1.1: collectives),
+never call what their minor lacks (plugin_initialize), and the conformance suite's categories
+of their minor must pass on them (fl_abi.h, "COMPATIBILITY PROMISE").
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 from conftest import ROOT
@@ -20,55 +22,83 @@ from fl_runtime import abi
 from fl_runtime.abi import ffi, outofline
 from fl_sdk.build import compiler
 
-FIXTURE = ROOT / "tests" / "fixtures" / "abi_1_0"
 REFERENCE_LIB = ROOT / "reference_vendor" / "libfl_reference.so"
 
 
-@pytest.fixture(scope="module")
-def abi10_plugin(tmp_path_factory):
-    lib = tmp_path_factory.mktemp("abi10") / "libplugin_abi10.so"
-    # Only the frozen header is on the include path: the plugin cannot see 1.1.
-    subprocess.run([compiler(), "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{FIXTURE}",
-                    str(FIXTURE / "plugin_abi10.c"), "-o", str(lib)], check=True)
-    return lib
+@dataclass(frozen=True)
+class Frozen:
+    minor: int
+    name: str                # the fixture plugin's plugin_name and device type
+
+    @property
+    def folder(self):
+        return ROOT / "tests" / "fixtures" / f"abi_1_{self.minor}"
+
+    @property
+    def inner_env(self) -> str:     # where the fixture finds the plugin doing its work
+        return f"FL_ABI1{self.minor}_INNER"
 
 
-def _env(lib) -> dict:
-    return {"TORCH_FL_PLUGINS": str(lib), "TORCH_FL_DISABLE_ENTRY_POINTS": "1",
-            "FL_ABI10_INNER": str(REFERENCE_LIB)}
+ABI_1_0, ABI_1_1 = Frozen(0, "abi10"), Frozen(1, "abi11")
+# The functions of today's table that both frozen tables end before (ABI 1.2's).
+NEWER_FUNCTIONS = {"plugin_initialize", "plugin_teardown", "stream_create_ex", "launch_kernel_ex"}
+# The 1.1 structs, which 1.2 only appends to (fl_collectives_extension lives in fl_collectives.h now).
+STRUCTS = ("fl_api", "fl_abi_version", "fl_device_properties", "fl_tensor", "fl_arg", "fl_kernel_entry",
+           "fl_plugin_info")
+STRUCTS_1_1 = ("fl_extension_base", "fl_collectives_extension", "fl_all_reduce_args", "fl_comm_create_args")
 
 
-def _frozen_ffi():
+@pytest.fixture(scope="module", params=[ABI_1_0, ABI_1_1], ids=["abi_1_0", "abi_1_1"])
+def frozen(request, tmp_path_factory):
+    fixture = request.param
+    lib = tmp_path_factory.mktemp(fixture.name) / f"libplugin_{fixture.name}.so"
+    # Only the frozen header is on the include path: the plugin cannot see a later minor.
+    subprocess.run([compiler(), "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{fixture.folder}",
+                    str(fixture.folder / f"plugin_{fixture.name}.c"), "-o", str(lib)], check=True)
+    return fixture, lib
+
+
+def _env(fixture: Frozen, lib) -> dict:
+    return {"TORCH_FL_PLUGINS": str(lib), "TORCH_FL_DISABLE_ENTRY_POINTS": "1", fixture.inner_env: str(REFERENCE_LIB)}
+
+
+def _frozen_ffi(fixture: Frozen):
     """The frozen header read the way the runtime reads today's (abi.outofline's generated
     module), so type names compare like with like: an out-of-line ffi names a tagged typedef
     'struct fl_x' where an in-line cdef says 'fl_x'."""
-    text = (FIXTURE / "fl_abi.h").read_text()
+    text = (fixture.folder / "fl_abi.h").read_text()
     region = text.split("/* FL_CDEF_BEGIN */", 1)[1].split("/* FL_CDEF_END */", 1)[0]
-    frozen = outofline.execute_source(outofline.generate_source(region)[0], FIXTURE / "fl_abi.h")
+    frozen = outofline.execute_source(outofline.generate_source(region)[0], fixture.folder / "fl_abi.h")
     assert isinstance(frozen, type(ffi)), "the frozen header's module did not build"
     return frozen
 
 
-def test_frozen_header_is_abi_1_0_and_todays_table_only_appends_to_it():
-    """Every 1.0 struct keeps its fields at the same offsets with the same types (append-only)."""
-    frozen = _frozen_ffi()
-    consts = frozen.dlopen(None)
-    assert (consts.FL_ABI_VERSION_MAJOR, consts.FL_ABI_VERSION_MINOR) == (1, 0)
-    assert (abi.ABI_MAJOR, abi.ABI_MINOR, abi.ABI_MIN_SUPPORTED_MINOR) == (1, 1, 0)
-    for type_name in ("fl_api", "fl_abi_version", "fl_device_properties", "fl_tensor", "fl_arg",
-                      "fl_kernel_entry", "fl_plugin_info"):
-        old_fields = frozen.typeof(type_name).fields
+@pytest.mark.parametrize("fixture", [ABI_1_0, ABI_1_1], ids=["abi_1_0", "abi_1_1"])
+def test_frozen_header_is_its_minor_and_todays_structs_only_append_to_it(fixture):
+    """Every struct of the frozen minor keeps its fields at the same offsets with the same types."""
+    old = _frozen_ffi(fixture)
+    consts = old.dlopen(None)
+    assert (consts.FL_ABI_VERSION_MAJOR, consts.FL_ABI_VERSION_MINOR) == (1, fixture.minor)
+    assert (abi.ABI_MAJOR, abi.ABI_MINOR, abi.ABI_MIN_SUPPORTED_MINOR) == (1, 2, 0)
+    for type_name in STRUCTS + (STRUCTS_1_1 if fixture.minor >= 1 else ()):
+        old_fields = old.typeof(type_name).fields
         new_fields = ffi.typeof(type_name).fields
         assert [n for n, _ in new_fields[:len(old_fields)]] == [n for n, _ in old_fields], type_name
         for name, field in old_fields:
-            assert frozen.offsetof(type_name, name) == ffi.offsetof(type_name, name), (type_name, name)
+            assert old.offsetof(type_name, name) == ffi.offsetof(type_name, name), (type_name, name)
             assert field.type.cname == dict(new_fields)[name].type.cname, (type_name, name)
-    assert frozen.sizeof("fl_api") == ffi.offsetof("fl_api", "extension_start")    # 1.1 appends one field
-    old_status = dict(frozen.typeof("fl_status").elements)
+    last = {0: "launch_kernel", 1: "extension_start"}[fixture.minor]
+    assert old.sizeof("fl_api") == ffi.offsetof("fl_api", last) + ffi.sizeof("void*")   # later minors append
+    old_status = dict(old.typeof("fl_status").elements)
     assert {k: v for k, v in abi.STATUS_NAMES.items() if k in old_status} == old_status
+    old_dtypes = dict(old.typeof("fl_dtype").elements)
+    new_dtypes = dict(ffi.typeof("fl_dtype").elements)
+    kept = {code: name for code, name in old_dtypes.items() if name != "FL_DTYPE_COUNT"}
+    assert {code: new_dtypes[code] for code in kept} == kept       # every old dtype keeps its code
 
 
-def test_abi_1_0_plugin_loads_gets_devices_and_runs(python, abi10_plugin):
+def test_frozen_plugin_loads_gets_devices_and_runs(python, frozen):
+    fixture, lib = frozen
     result = python("""
         import json, torch, torch_fl
         from fl_runtime.integration.process import start
@@ -79,21 +109,31 @@ def test_abi_1_0_plugin_loads_gets_devices_and_runs(python, abi10_plugin):
         from fl_runtime.plugins.extensions import collectives_of
         print(json.dumps({"devices": [(d["device"], d["abi"], d["plugin"]) for d in devices],
                           "result": b.tolist(), "expected": (a * 2 + 1).sum(0).tolist(),
-                          "collectives": [collectives_of(p) is not None for p in rt.plugins]}))
-    """, _env(abi10_plugin))
+                          "collectives": [collectives_of(p) is not None for p in rt.plugins],
+                          "host_memory": [p.host_memory is not None for p in rt.plugins]}))
+    """, _env(fixture, lib))
     assert result.returncode == 0, result.stderr
     got = json.loads(result.stdout.strip().splitlines()[-1])
-    assert got["devices"] == [["fl:0", "1.0", "abi10"], ["fl:1", "1.0", "abi10"]]
+    version = f"1.{fixture.minor}"
+    assert got["devices"] == [["fl:0", version, fixture.name], ["fl:1", version, fixture.name]]
     assert got["result"] == got["expected"]
-    assert got["collectives"] == [False]          # a 1.0 table has no extension chain to read
+    # A 1.0 table has no extension chain to read; the 1.1 one chains the collectives.
+    assert got["collectives"] == [fixture.minor >= 1]
+    assert got["host_memory"] == [False]        # ABI 1.2's extension: neither minor has it
 
 
-def test_abi_1_0_plugin_passes_the_1_0_conformance_categories(abi10_plugin, tmp_path):
-    """And its collectives category is not_supported."""
+def test_frozen_plugin_passes_its_minors_conformance_categories(frozen, tmp_path):
+    """abi, memory and streams pass; collectives pass on 1.1 and are not_supported on 1.0; the
+    1.2 lifecycle checks are not_supported on both (their tables end before it)."""
+    fixture, lib = frozen
     report = tmp_path / "report.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **_env(abi10_plugin)}
-    result = subprocess.run([sys.executable, "-m", "fl_sdk", "test", str(abi10_plugin), "--profile", "ci",
-                             "--json", str(report), "-k", "abi or memory or streams or collective"],
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **_env(fixture, lib)}
+    # Test-file names, not bare words: -k also matches the plugin's name ("abi10"), which would
+    # select every kernel test.
+    keyword = "suite_abi or suite_memory or suite_streams or " + (
+        "suite_collectives" if fixture.minor == 0 else "(all_reduce and 2ranks)")
+    result = subprocess.run([sys.executable, "-m", "fl_sdk", "test", str(lib), "--profile", "ci",
+                             "--json", str(report), "-k", keyword],
                             capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     document = json.loads(report.read_text())
@@ -101,5 +141,12 @@ def test_abi_1_0_plugin_passes_the_1_0_conformance_categories(abi10_plugin, tmp_
     assert {"abi", "memory", "streams", "collectives"} <= categories, categories
     assert document["summary"]["fail"] == 0
     assert document["summary"]["pass"] > 0
-    # A 1.0 table cannot offer collectives: the category says not_supported, never fail or pass.
-    assert document["summary"]["categories"]["collectives"] == {"not_supported": 15}
+    lifecycle = {t["test"]: t["status"] for t in document["tests"] if "lifecycle" in t["test"] or "_ex_" in t["test"]
+                 or t["test"].removeprefix("test_function_pointer_is_set[").rstrip("]") in NEWER_FUNCTIONS}
+    assert len(lifecycle) == 3 + len(NEWER_FUNCTIONS), lifecycle
+    assert set(lifecycle.values()) == {"not_supported"}, lifecycle
+    collectives = document["summary"]["categories"]["collectives"]
+    if fixture.minor == 0:     # a 1.0 table cannot offer collectives: not_supported, never fail or pass
+        assert collectives == {"not_supported": 15}
+    else:
+        assert collectives.get("pass", 0) > 0 and not collectives.get("fail"), collectives

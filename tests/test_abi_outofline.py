@@ -22,9 +22,9 @@ from conftest import ROOT
 
 from fl_runtime import abi
 from fl_runtime.abi import outofline
-from fl_runtime.abi.header import build_ffi, cdef_region
+from fl_runtime.abi.header import build_ffi, read_cdef
 
-REGION = cdef_region(abi.HEADER_PATH.read_text(encoding="utf-8"))
+REGION = read_cdef(abi.HEADER_PATH)
 KEY = outofline.module_key(REGION)
 
 
@@ -160,7 +160,7 @@ def test_first_load_writes_a_verified_module_and_the_next_reads_it(cache):
 
 def test_the_key_changes_with_the_header_and_with_cffi(monkeypatch):
     assert outofline.module_key(REGION + "\n") != KEY
-    assert outofline.module_key(REGION.replace("#define FL_ABI_VERSION_MINOR 1", "#define FL_ABI_VERSION_MINOR 2")) != KEY
+    assert outofline.module_key(REGION.replace("#define FL_ABI_VERSION_MINOR 2", "#define FL_ABI_VERSION_MINOR 3")) != KEY
     monkeypatch.setattr(_cffi_backend, "__version__", "0.0.0-other")
     assert outofline.module_key(REGION) != KEY
 
@@ -168,7 +168,7 @@ def test_the_key_changes_with_the_header_and_with_cffi(monkeypatch):
 def _other_region() -> str:
     """The header with one constant changed: a module generated from it gives a visibly different ffi."""
     other = REGION.replace("#define FL_COMM_UNIQUE_ID_BYTES 128", "#define FL_COMM_UNIQUE_ID_BYTES 64")
-    assert other != REGION, "the test's marker constant moved in fl_abi.h"
+    assert other != REGION, "the test's marker constant left the headers (fl_collectives.h)"
     return other
 
 
@@ -265,7 +265,7 @@ _LOAD_BY_PATH = textwrap.dedent("""
         spec.loader.exec_module(module)
         return module
     header, outofline = load("header"), load("outofline")
-    region = header.cdef_region(open(sys.argv[2]).read())
+    region = header.read_cdef(sys.argv[2])
     while time.time() < float(sys.argv[3]):      # all start generating at the same moment
         time.sleep(0.001)
     ffi = outofline.load_ffi(region)
@@ -311,8 +311,7 @@ def test_a_fresh_cache_gets_one_module_and_a_second_process_reuses_it(python, tm
         import os, torch, torch_fl
         from fl_runtime import abi
         from fl_runtime.abi import outofline
-        from fl_runtime.abi.header import cdef_region
-        path = outofline.cache_path(outofline.module_key(cdef_region(abi.HEADER_PATH.read_text())))
+        path = outofline.cache_path(outofline.module_key(abi.CDEF))
         print(os.stat(path).st_mtime_ns, torch.fl.device_count())
     """
     env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}

@@ -51,3 +51,28 @@ def test_out_of_memory_is_a_torch_oom_with_figures(python, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "OOM FLOutOfMemoryError" in result.stdout and "memory_fraction" in result.stdout
     assert "tried to allocate 1073741824 bytes" in result.stdout
+
+
+def test_empty_cache_gives_back_only_blocks_freed_before_its_wait(fl, monkeypatch):
+    """A block another thread frees while empty_cache waits for the device may still be read
+    by work that thread enqueued after the wait began: it must stay held (and pooled), or the
+    vendor could hand the same memory to a new tensor while that work runs (a wrong value)."""
+    allocator = fl.runtime().allocators[0]
+    allocator.empty_cache()
+    early = torch.empty(1 << 16, device="fl:0")
+    early_address = early.data_ptr()
+    del early                                     # freed before empty_cache: given back
+    late = [torch.empty(1 << 17, device="fl:0")]
+    late_address = late[0].data_ptr()
+    wait_for_device = allocator._synchronize_device
+
+    def another_thread_frees_during_the_wait():
+        wait_for_device()
+        late.clear()
+        torch.empty(8, device="fl:0")             # ... and allocates, which collects what it freed
+    monkeypatch.setattr(allocator, "_synchronize_device", another_thread_frees_during_the_wait)
+    allocator.empty_cache()
+    assert not allocator.holds(early_address)
+    assert allocator.holds(late_address)
+    again = torch.empty(1 << 17, device="fl:0")   # the late block is reused in stream order
+    assert again.data_ptr() == late_address

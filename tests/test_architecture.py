@@ -1,4 +1,4 @@
-"""The layer rule of fl_runtime (README, "Architecture"), checked on the source.
+"""The layer rule of fl_runtime (docs/contributors/layers.md), checked on the source.
 
 Each folder of fl_runtime is a layer; a module may import its own layer and the
 layers below it, never above, and the runtime never imports the SDK or the
@@ -17,12 +17,13 @@ RUNTIME = ROOT / "fl_runtime"
 
 # Lowest first.  A module's layer is the longest prefix listed here.
 LAYERS = [
-    ("core", ("fl_runtime.version", "fl_runtime.errors", "fl_runtime.config", "fl_runtime.logs",
-              "fl_runtime.torch_compat", "fl_runtime.compiled", "fl_runtime.abi")),
+    ("core", ("fl_runtime.version", "fl_runtime.errors", "fl_runtime.tracebacks", "fl_runtime.config",
+              "fl_runtime.logs", "fl_runtime.torch_compat", "fl_runtime.compiled", "fl_runtime.abi")),
     ("plugins", ("fl_runtime.plugins",)),
     ("devices", ("fl_runtime.devices",)),
     ("ops", ("fl_runtime.ops",)),
     ("runtime", ("fl_runtime.runtime",)),
+    ("bridge", ("fl_runtime.bridge",)),
     ("integration", ("fl_runtime.integration",)),
     ("tools", ("fl_runtime.tools",)),
     ("root", ("fl_runtime",)),
@@ -45,7 +46,7 @@ def layer_of(module: str) -> int:
         for prefix in prefixes:
             if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
                 best, best_len = rank, len(prefix)
-    assert best is not None, f"{module} is in no layer: add it to LAYERS and the README's Architecture table"
+    assert best is not None, f"{module} is in no layer: add it to LAYERS and docs/contributors/layers.md"
     return best
 
 
@@ -86,7 +87,7 @@ def test_imports_go_down_the_layers(path):
         if top == "fl_runtime":
             assert layer_of(target) <= mine, (
                 f"{here}:{line} ({LAYERS[mine][0]}) imports {target} ({LAYERS[layer_of(target)][0]}), "
-                "a layer above it (README, Architecture)")
+                "a layer above it (docs/contributors/layers.md)")
 
 
 def _module_graph(paths) -> dict[str, set[str]]:

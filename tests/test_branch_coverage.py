@@ -1,6 +1,6 @@
 """`fl-sdk test --coverage` (conformance/branch_coverage.py): gcov's JSON to the report's
 per-source branch coverage, and where the result goes.  The instrumented run itself is
-measured on the reference vendor in BENCHMARKS.md (a full build is too slow for CI)."""
+measured on the reference vendor in docs/benchmarks/index.md (a full build is too slow for CI)."""
 from __future__ import annotations
 
 import json

@@ -1,6 +1,7 @@
-"""C-level checks of the plugin sources' layout: the SDK kernel library (fl_kernel.h,
-fl_sdk/kernel_lib/) builds warning-free on its own and behaves as its header says, and the
-reference vendor's driver calls only downward through the layers its driver.h lists."""
+"""C-level checks of the plugin sources' layout: the SDK kernel and driver libraries (fl_kernel.h,
+fl_sdk/kernel_lib/; fl_driver.h, fl_sdk/driver_lib/) build warning-free on their own and behave as
+their headers say, and the reference vendor's driver calls only downward through the layers its
+driver.h lists."""
 from __future__ import annotations
 
 import re
@@ -15,6 +16,7 @@ from fl_sdk.build import BASE_FLAGS, SDK_LIBRARIES, compiler
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL_LIB = sorted(SDK_LIBRARIES["kernel"].glob("*.c"))
+DRIVER_LIB = sorted(SDK_LIBRARIES["driver"].glob("*.c"))
 DRIVER = ROOT / "reference_vendor" / "src" / "driver"
 STRICT = [flag for flag in BASE_FLAGS if flag not in ("-shared", "-fPIC")]
 
@@ -29,8 +31,8 @@ def compilers() -> list[str]:
 
 @pytest.mark.parametrize("optimise", ["-O0", "-O3"])
 @pytest.mark.parametrize("cc", compilers())
-def test_kernel_library_compiles_warning_free(cc, optimise, tmp_path):
-    for source in KERNEL_LIB:
+def test_sdk_libraries_compile_warning_free(cc, optimise, tmp_path):
+    for source in KERNEL_LIB + DRIVER_LIB:
         result = subprocess.run([cc, *STRICT, optimise, "-fPIC", "-c", f"-I{INCLUDE_DIR}", str(source),
                                  "-o", str(tmp_path / f"{source.stem}.o")], capture_output=True, text=True)
         assert result.returncode == 0, f"{cc} {optimise} {source.name}:\n{result.stderr}"
@@ -149,3 +151,95 @@ def test_reference_driver_calls_only_downward(tmp_path):
             assert symbol in defined, f"{name} calls {symbol}, which no driver file defines"
             assert layers.index(defined[symbol]) < layers.index(name), \
                 f"{name} calls {symbol} of {defined[symbol]}, a layer above it (driver.h lists the layers)"
+
+
+# The driver library's ABI rules, one check each (fl_driver.h): what a driver built on it does
+# for every plugin, the reference's and every scaffolded one alike.
+DRIVER_UNIT = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "fl_driver.h"
+
+static int failures;
+#define CHECK(cond) do { if (!(cond)) { printf("FAILED line %d: %s\n", __LINE__, #cond); failures++; } } while (0)
+
+static char g_block[256];
+static int find(void *ctx, int32_t device, fl_devptr address, fld_block *block) {
+    (void)ctx;
+    fl_devptr start = (fl_devptr)(uintptr_t)g_block;
+    if (device != 0 || address < start || address >= start + sizeof g_block)
+        return 0;
+    *block = (fld_block){start, sizeof g_block};
+    return 1;
+}
+
+static fl_tensor tensor(const int64_t *sizes, const int64_t *strides, int32_t ndim, uint64_t offset) {
+    return (fl_tensor){sizeof(fl_tensor), (fl_devptr)(uintptr_t)g_block, offset, FL_FLOAT32, ndim, sizes, strides};
+}
+
+int main(void) {
+    uint64_t bytes;
+    /* extents: ((2-1)*2^62 + (2-1)*2^62 + 1) * 4 wraps to 4 without the overflow check */
+    int64_t big[2] = {1ll << 62, 1ll << 62}, two[2] = {2, 2}, empty[2] = {0, 5}, row[2] = {5, 1};
+    fl_tensor t = tensor(two, big, 2, 0);
+    CHECK(!fld_tensor_extent(&t, &bytes));
+    t = tensor(empty, big, 2, 0);
+    CHECK(fld_tensor_extent(&t, &bytes) && bytes == 0);          /* empty: no memory, whatever the strides */
+    t = tensor(two, row, 2, 0);
+    CHECK(fld_tensor_extent(&t, &bytes) && bytes == 28);         /* (5 + 1 + 1) * 4 */
+    fld_memory memory = {find, NULL};
+    fl_tensor overflow = tensor(two, big, 2, 0), inside = tensor(two, row, 2, 0), past = tensor(two, row, 2, 240);
+    fl_arg args[1] = {{FL_ARG_TENSOR, 0, {.tensor = &overflow}}};
+    fld_arg_plan plan;
+    CHECK(fld_check_args(&memory, 0, "op", args, 1, &plan) == FL_ERROR_INVALID_VALUE);
+    CHECK(strstr(fld_last_error_message(), "overflows") != NULL);
+    args[0].value.tensor = &past;
+    CHECK(fld_check_args(&memory, 0, "op", args, 1, &plan) == FL_ERROR_INVALID_VALUE);
+    args[0].value.tensor = &inside;
+    CHECK(fld_check_args(&memory, 0, "op", args, 1, &plan) == FL_SUCCESS && plan.bytes == 28 && plan.words == 4);
+    fl_arg *copy = fld_copy_args(&plan, args, 1, NULL, NULL);
+    CHECK(copy && copy[0].value.tensor != &inside && copy[0].value.tensor->sizes[0] == 2 &&
+          copy[0].value.tensor->strides[0] == 5);
+    free(copy);
+    CHECK(fld_check_args(&memory, 1, "op", args, 1, &plan) == FL_ERROR_INVALID_POINTER);   /* another device's */
+    /* negotiation */
+    fl_api table = {.struct_size = sizeof table, .abi_version = {sizeof(fl_abi_version), 1, FL_ABI_VERSION_MINOR}};
+    const fl_api *out;
+    fl_abi_version want = {sizeof want, 1, 0};
+    CHECK(fld_negotiate(&want, &out, &table, 0, "p") == FL_SUCCESS && out == &table);
+    CHECK(fld_negotiate(&want, &out, &table, 2, "p") == FL_ERROR_INCOMPATIBLE_ABI && out == &table);
+    CHECK(strstr(fld_last_error_message(), "upgrade Torch-FL") != NULL);
+    want.major = 2;
+    CHECK(fld_negotiate(&want, &out, &table, 0, "p") == FL_ERROR_INCOMPATIBLE_ABI);
+    CHECK(fld_negotiate(NULL, &out, &table, 0, "p") == FL_ERROR_INVALID_POINTER);
+    /* an older caller's smaller struct gets whole fields only */
+    fl_device_properties full = {.struct_size = sizeof full, .total_memory = 7, .alignment = 256}, older;
+    memset(&older, 0xEE, sizeof older);
+    older.struct_size = FL_STRUCT_SIZE(fl_device_properties, total_memory) + 3;
+    CHECK(fld_device_properties_out(&older, &full, 0) == FL_SUCCESS);
+    CHECK(older.struct_size == FL_STRUCT_SIZE(fl_device_properties, total_memory) && older.total_memory == 7);
+    CHECK(((unsigned char *)&older)[offsetof(fl_device_properties, alignment)] == 0xEE);
+    /* handle tables: a destroyed or foreign handle is refused, never dereferenced */
+    fld_handles handles = FLD_HANDLES_INIT;
+    int a, b;
+    CHECK(fld_handle_add(&handles, &a, "create") == FL_SUCCESS);
+    CHECK(fld_handle_check(&handles, &a, "stream", "use") == FL_SUCCESS);
+    CHECK(fld_handle_check(&handles, &b, "stream", "use") == FL_ERROR_INVALID_HANDLE);
+    CHECK(fld_handle_check(&handles, NULL, "stream", "use") == FL_ERROR_INVALID_HANDLE);
+    CHECK(fld_handle_remove(&handles, &a, "stream", "destroy") == FL_SUCCESS);
+    CHECK(fld_handle_remove(&handles, &a, "stream", "destroy") == FL_ERROR_INVALID_HANDLE);
+    printf(failures ? "FAILED\n" : "OK\n");
+    return failures != 0;
+}
+"""
+
+
+def test_driver_library_unit(tmp_path):
+    source = tmp_path / "driver_unit.c"
+    source.write_text(DRIVER_UNIT)
+    program = tmp_path / "driver_unit"
+    built = subprocess.run([compiler(), *STRICT, "-O2", f"-I{INCLUDE_DIR}", str(source), *map(str, DRIVER_LIB),
+                            *map(str, KERNEL_LIB), "-o", str(program), "-lm"], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    ran = subprocess.run([str(program)], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and "OK" in ran.stdout, ran.stdout

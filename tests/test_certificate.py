@@ -360,7 +360,7 @@ def test_runtime_switch_refuses_uncertified_and_loads_certified(python, tmp_path
     assert str(REFERENCE) in accepted["refused"]
 
 
-# -- certificates across PyTorch minors (README "Supported PyTorch versions") -----------------
+# -- certificates across PyTorch minors (docs/vendors/certify.md "Certificates across PyTorch minors") --
 def _other_minor() -> str:
     major, minor = (int(p) for p in cert.installed_torch_version().split(".")[:2])
     return f"{major}.{minor + 1}.0"

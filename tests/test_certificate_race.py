@@ -1,10 +1,10 @@
-"""The certificate check cannot be raced (README "Certifying a plugin").
+"""The certificate check cannot be raced (docs/operators/certificates.md).
 
 A symlink flipped between a certified library and an uncertified one while the
 loader runs: the uncertified library's code (a constructor that writes a marker
 file) must never run; every load loads the certified bytes or is refused.  Also:
-a plugin's `$ORIGIN`-relative dependencies still resolve when it is loaded
-through its descriptor or from a private copy (fl_runtime.plugins.pinned).
+a plugin's `$ORIGIN`-relative dependencies still resolve when it is loaded by its
+real path, through its descriptor or from a private copy (fl_runtime.plugins.pinned).
 """
 from __future__ import annotations
 
@@ -117,13 +117,17 @@ import ctypes, json, sys
 from fl_runtime.plugins import pinned
 if sys.argv[2] == "copy":
     pinned._PROC_FD = "/nonexistent/proc/self/fd"   # as on a system without /proc
-lib = pinned.load_pinned(pinned.open_pinned(sys.argv[1]), ctypes.CDLL)
-print(json.dumps({"value": lib.plug(), "name": lib._name}))
+library = pinned.open_pinned(sys.argv[1])
+lib = pinned.load_pinned(library, ctypes.CDLL)
+print(json.dumps({"value": lib.plug(), "loaded_as": library.loaded_as}))
 """
 
 
-@pytest.mark.parametrize("how", ["fd", "copy"])
+@pytest.mark.parametrize("how", ["path", "fd", "copy"])
 def test_origin_relative_dependencies_resolve_when_loaded_pinned(tmp_path, how):
+    # path: the plugin's directory is its owner's alone, so it is loaded by its real path;
+    # fd and copy: a group that cannot write the library can write its directory, so the
+    # descriptor is loaded (or, without /proc, a private copy).
     deps = tmp_path / "pkg" / "deps"
     deps.mkdir(parents=True)
     # A real dependency carries its soname (the linker matches DT_NEEDED to it).
@@ -131,11 +135,16 @@ def test_origin_relative_dependencies_resolve_when_loaded_pinned(tmp_path, how):
     plugdir = tmp_path / "pkg" / "plugin"
     plugdir.mkdir()
     plug = _cc(PLUG_C, plugdir / "libplug.so", f"-L{deps}", "-ldep", "-Wl,-rpath,$ORIGIN/../deps")
+    plug.chmod(0o755)
+    plugdir.chmod(0o755 if how == "path" else 0o775)
     assert pinned.elf_needed_and_search_path_of(plug) == (["libdep.so"], ["$ORIGIN/../deps"])
     result = subprocess.run([_interpreter(), "-c", ORIGIN_PROBE, str(plug), how], env=_env({}), check=False,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["value"] == 42
+    outcome = json.loads(result.stdout)
+    assert outcome["value"] == 42
+    expected = {"path": str(plug), "fd": "/proc/self/fd/", "copy": "/torch-fl-plugin-"}[how]
+    assert expected in outcome["loaded_as"], outcome
 
 
 def test_the_reference_plugins_runpath_is_read(library):  # noqa: F811

@@ -1,4 +1,4 @@
-"""Checkpoint/resume of a DDP job on fl, and a rank killed mid-run (README "Distributed training", Checkpoints).
+"""Checkpoint/resume of a DDP job on fl, and a rank killed mid-run (docs/users/checkpoints.md).
 
 One training script, launched by torchrun as a user would (2 ranks on fl:0/fl:1):
 DDP with dropout (each device's random state), a global batch drawn each step from
@@ -212,7 +212,7 @@ def test_lightning_resumed_from_epoch_checkpoint_equals_uninterrupted_run(tmp_pa
     """Trainer(accelerator="fl"): 2 epochs of 3 Adam steps; a fresh process resumes from the checkpoint
     Lightning's ModelCheckpoint wrote after epoch 1 (model, optimizer, loop state) and ends with the
     uninterrupted run's weights bit for bit.  No dropout and no shuffling: Lightning's checkpoint holds
-    no random state (README, Checkpoints)."""
+    no random state (docs/users/checkpoints.md "Lightning's checkpoints")."""
     pytest.importorskip("lightning", reason="the test extra installs lightning")
     script = tmp_path / "fit.py"
     script.write_text(LIGHTNING_SCRIPT)

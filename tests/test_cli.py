@@ -1,4 +1,4 @@
-"""`torch-fl devices` and `torch-fl doctor` (README "Device API"), text and --json.
+"""`torch-fl devices` and `torch-fl doctor` (docs/users/devices.md), text and --json.
 
 Each scenario runs in a fresh process (the runtime is per process); the
 doctor's verdict per check and its exit status are asserted."""
@@ -61,8 +61,8 @@ def test_doctor_on_a_healthy_install(python):
     assert rc == 0 and document["schema"] == "torch-fl.doctor/1" and document["verdict"] == "healthy"
     statuses = _statuses(document)
     assert list(statuses) == ["plugins found", "plugins load", "ABI compatible", "driver", "certified stack",
-                              "device node permissions", "config", "lock", "runtime start", "compiled helpers",
-                              "logs"]
+                              "device node permissions", "config", "lock", "autoload", "runtime start",
+                              "compiled helpers", "native bridge", "logs"]
     assert statuses["plugins found"] == statuses["driver"] == statuses["config"] == "ok"
     assert statuses["compiled helpers"] == "ok"
     assert statuses["device node permissions"] == "not applicable"

@@ -1,5 +1,5 @@
 """torch.compile on fl with the default backend (Inductor) matches eager
-(integration/torch_compile.py, dynamo_interface.py, inductor_backend.py; README "torch.compile").
+(integration/torch_compile.py, dynamo_interface.py, inductor_backend.py; docs/users/compile.md).
 
 Inductor lowers every node of an fl graph to an ATen call that runs the vendor
 kernels, so compiled results equal eager fl results and match the CPU within

@@ -39,6 +39,11 @@ class Mutant:
 
 
 MUTANTS = [
+    # fl_abi.h "ARGUMENTS THAT SHARE MEMORY": conformance.overlap's cases read a source the copy overwrote.
+    Mutant("copy-ignores-overlap", "src/kernels/copy.c",
+           "    if (flk_may_overlap(dst, s)) {",
+           "    if (0 && flk_may_overlap(dst, s)) {",
+           "(copy_ or fill_.Scalar) and float32", "kernels", {"copy_"}, "out of tolerance"),
     Mutant("integer-sum-skips-last-element", "src/kernels/reduce.c",
            "            for (int64_t i = 0; i < n; ++i)\n                s += (uint64_t)flk_load_i64(",
            "            for (int64_t i = 0; i < n - 1; ++i)\n                s += (uint64_t)flk_load_i64(",
@@ -77,8 +82,8 @@ MUTANTS = [
            "suite_memory", "memory", {"test_memory_info_returns_to_baseline",
                                       "test_out_of_memory_is_a_status_not_a_crash"}),
     Mutant("free-reports-wrong-status", "src/driver/memory.c",
-           "        return drv_fail(FL_ERROR_INVALID_POINTER,\n                        \"fl_free(device=%d",
-           "        return drv_fail(FL_ERROR_INVALID_VALUE,\n                        \"fl_free(device=%d",
+           "        return fld_fail(FL_ERROR_INVALID_POINTER,\n                        \"fl_free(device=%d",
+           "        return fld_fail(FL_ERROR_INVALID_VALUE,\n                        \"fl_free(device=%d",
            "test_bad_argument_status and free", "abi",
            {f"test_bad_argument_status[{case}]" for case in ("free-twice", "free-interior-pointer",
                                                               "free-foreign-pointer", "free-zero")},

@@ -625,3 +625,39 @@ def test_hardtanh_backward_cpu_loops_disagree_on_nan_and_either_answer_passes():
     wrong = cpu.clone()
     wrong[inside] = 0.0                     # zeroing a gradient that must pass still fails
     assert not exact(wrong, ref).ok
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_float8_abs_cpu_loops_disagree_on_negative_zero_and_nan_and_either_answer_passes(dtype):
+    """PyTorch CPU's abs on float8 keeps the sign bit of -0 and NaN in its 64-element vector
+    body and clears it in its scalar body (conformance.cpu_loops): either answer passes for
+    those two patterns, and a wrong magnitude still fails."""
+    from conformance.compare import Reference, exact
+    from conformance.cpu_loops import loop_answers
+
+    bits = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    x = bits.view(dtype)
+    vector = torch.abs(x).view(torch.uint8)                                  # 256 elements: the vector body
+    scalar = torch.abs(bits[0x80:0x88].clone().view(dtype)).view(torch.uint8)   # 8 elements: the scalar body
+    assert vector[0x80].item() == 0x80 and scalar[0].item() == 0x00         # PyTorch still disagrees
+    ref = Reference(torch.abs(x), also=loop_answers("abs", [x]))
+    either = x.float().abs().to(dtype)                 # the scalar body everywhere
+    assert exact(either, ref).ok and exact(torch.abs(x), ref).ok
+    wrong = either.clone().view(torch.uint8)
+    wrong[0x81] = 0x02                                 # abs of the smallest negative subnormal, off by one step
+    assert not exact(wrong.view(dtype), ref).ok
+
+
+def test_scaled_mm_on_the_cpu_divides_by_scale_result_only_with_a_bias():
+    """conformance.fp8_specs.scaled_mm_reference copies PyTorch CPU's _scaled_mm: scale_result
+    ignored without a bias, divided by with one (float8 output).  The wide reference must agree."""
+    from conformance.fp8_specs import scaled_mm_reference
+
+    a = torch.full((16, 16), 1.0).to(torch.float8_e4m3fn)
+    b = torch.full((16, 16), 1.0).to(torch.float8_e4m3fn).t()
+    one, four, bias = torch.tensor(1.0), torch.tensor(4.0), torch.full((16,), 1.0)
+    assert torch._scaled_mm(a, b, scale_a=one, scale_b=one, scale_result=four)[0, 0].item() == 16.0
+    assert torch._scaled_mm(a, b, scale_a=one, scale_b=one, bias=bias, scale_result=four,
+                            out_dtype=torch.float8_e4m3fn)[0, 0].float().item() == 4.0     # 17 / 4, rounded
+    for kwargs, wide in ((dict(scale_result=four), 16.0), (dict(bias=bias, scale_result=four), 4.25)):
+        assert scaled_mm_reference(a.double(), b.double(), one, one, **kwargs)[0, 0].item() == wide

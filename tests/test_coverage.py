@@ -1,4 +1,4 @@
-"""Op coverage (README "Fallbacks, profiling and coverage"): trace forward + backward on fake tensors, classify each ATen op
+"""Op coverage (docs/users/profiling.md): trace forward + backward on fake tensors, classify each ATen op
 per device; the API, the text and JSON reports, and the `torch-fl coverage` command."""
 import json
 

@@ -249,3 +249,70 @@ def test_compiled_ddp_on_the_graph_path_matches_one_process():
     results = run_ranks(COMPILED_DDP_SCRIPT, timeout=240)
     assert_all_ok(results)
     assert all(r.lines("COMPILED_DDP_OK") for r in results)
+
+
+# Branches DDP must be told about: `find_unused_parameters=True` (a branch used every other
+# step) and `static_graph=True` (a layer never used).  Both need the native bridge's hooks.
+UNUSED_SCRIPT = RANK_SETUP + r"""
+class Branchy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk, self.even, self.odd = torch.nn.Linear(6, 16), torch.nn.Linear(16, 3), torch.nn.Linear(16, 3)
+        self.never = torch.nn.Linear(16, 3)
+
+    def forward(self, x, step):
+        hidden = torch.tanh(self.trunk(x))
+        return (self.even if step % 2 == 0 else self.odd)(hidden)
+
+def make_model():
+    torch.manual_seed(0)
+    return Branchy()
+
+g = torch.Generator().manual_seed(7)
+X, Y = torch.randn(4, 8, 6, generator=g), torch.randn(4, 8, 3, generator=g)
+half = slice(rank * 4, rank * 4 + 4)
+
+def flat(model):
+    return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
+
+def train(model, forward, device, rows, steps):
+    opt = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+    for step in steps:
+        loss = F.mse_loss(forward(X[step % 4, rows].to(device), step), Y[step % 4, rows].to(device))
+        opt.zero_grad(); loss.backward(); opt.step()
+    return flat(model)
+
+cases = {
+    # alternating branches: a different layer unused in every step
+    "find_unused_parameters": (dict(find_unused_parameters=True), [0, 1, 2, 3]),
+    # one branch only: `odd` and `never` are never used, the graph is the same every step
+    "static_graph": (dict(static_graph=True), [0, 2, 0, 2]),
+}
+for name, (options, steps) in cases.items():
+    model = make_model().to(dev)
+    ddp = DDP(model, device_ids=[rank], **options)
+    got = train(model, ddp, dev, half, steps)
+    both = [torch.empty_like(got) for _ in range(world)]
+    dist.all_gather(both, got)
+    torch.testing.assert_close(both[0], both[1], rtol=0, atol=0, msg=lambda m: f"{name}, rank 0 vs 1: {m}")
+    if rank == 0:
+        reference = make_model().to("fl:0")
+        want = train(reference, reference, "fl:0", slice(0, 8), steps)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name} vs one process: {m}")
+        print("EQUAL", name, float((got - want).abs().max()))
+    if name == "static_graph":
+        assert ddp._get_ddp_logging_data()["static_graph"] == 1
+dist.destroy_process_group()
+print("UNUSED_OK")
+"""
+
+
+def test_ddp_with_unused_parameters_and_a_static_graph_matches_one_process():
+    """find_unused_parameters=True and static_graph=True on fl:0 / fl:1: both ranks end with
+    the weights of one process on the full batch (they failed before the native bridge: DDP
+    asks the PrivateUse1 hooks for pinned memory)."""
+    results = run_ranks(UNUSED_SCRIPT, timeout=180)
+    for r in results:
+        assert r.returncode == 0, f"rank {r.rank} exited with {r.returncode}:\n{r.output[-6000:]}"
+        assert r.lines("UNUSED_OK"), r.output[-3000:]
+    assert {line.split()[0] for line in results[0].lines("EQUAL")} == {"find_unused_parameters", "static_graph"}

@@ -1,10 +1,8 @@
 """torch.fl, the torch.cuda-shaped device module, and torch.accelerator for fl.
 
-torch.accelerator goes through PyTorch's Python PrivateUse1 device guard,
-which in 2.13 always reports device 0 and ignores set_device: what it can
-answer (the accelerator, its count, availability) is tested to be right;
-what it cannot (the current index, synchronize) is pinned so a PyTorch that
-lifts the limit shows up here.
+torch.accelerator's answers (the accelerator, its count, availability, the current stream) come
+from the native bridge's C++ device guard; tests/test_accelerator.py checks its figures on both
+routes, tests/test_current_device.py where `device="fl"` lands.
 """
 import pytest
 import torch
@@ -49,12 +47,3 @@ def test_torch_accelerator_answers_for_fl(fl):
     stream = torch.accelerator.current_stream()
     assert stream.device_type == torch.fl.default_stream().device_type and stream.stream_id == 0
     assert stream == torch.fl.default_stream(0)      # the id PyTorch reports is our default stream's
-
-
-def test_torch_accelerator_limits_of_the_python_device_guard(fl):
-    # PyTorch 2.13's Python device guard: fixed index 0, no-op set, no synchronize.
-    torch.accelerator.set_device_index(1)
-    assert torch.accelerator.current_device_index() == 0
-    assert torch.fl.current_device() == 0           # and torch.fl is not disturbed
-    with pytest.raises(RuntimeError, match="synchroniz"):
-        torch.accelerator.synchronize()

@@ -1,4 +1,4 @@
-"""torch.fl.Event: record, wait, query, synchronize, elapsed_time (README "Device API")."""
+"""torch.fl.Event: record, wait, query, synchronize, elapsed_time (docs/users/devices.md)."""
 import pytest
 import torch
 

@@ -1,4 +1,4 @@
-"""The fallback chain (README "Fallbacks, profiling and coverage"): vendor kernel -> generic kernel -> CPU -> UnsupportedOpError,
+"""The fallback chain (docs/users/profiling.md): vendor kernel -> generic kernel -> CPU -> UnsupportedOpError,
 each link switchable, the path taken proven by the profile.
 
 aten::logit decomposes into ops the reference vendor has (log, div, sub,

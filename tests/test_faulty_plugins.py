@@ -1,4 +1,4 @@
-"""One bad plugin never takes `import torch` down (README "Pointing Torch-FL at a plugin").
+"""One bad plugin never takes `import torch` down (docs/operators/plugins.md).
 
 tests/fixtures/plugin_faulty.c re-exports the reference plugin's table with one
 fault chosen at build time (-DFAULT=...).  Each is loaded next to the reference
@@ -125,7 +125,7 @@ def test_without_the_probe_a_crashing_plugin_kills_the_process(python, out):
 
 def test_kernel_table_faults_leave_the_devices_on_the_fallbacks(python, out):
     # A bad kernel table refuses the plugin's kernels, not its devices: they compute
-    # through the fallbacks (README "Fallbacks, profiling and coverage").
+    # through the fallbacks (docs/users/profiling.md).
     report, _ = _run(python, _build(out, "kernel_op_null"))
     assert report["faulty"], report
 

@@ -1,5 +1,5 @@
 """The graph path: a captured graph's launches recorded once and replayed
-(ops/launch_list.py, integration/graph_backend.py; README "Graph path").
+(ops/launch_list.py, integration/graph_backend.py; docs/users/graph-path.md).
 
 The engine's tests trace functions into ATen graphs with make_fx (PyTorch's tracer, no
 dynamo: fast) and run them with a LaunchList on fl tensors: every call after the first

@@ -3,10 +3,10 @@
 Tiny models built from configs with random weights (no download), 3 AdamW steps on
 fl:0 and on the CPU from the same weights: the losses agree within LOSS_TOL, greedy
 `generate` gives identical tokens, and no op call took the CPU path.  The cases and
-the harness are benchmarks/models_report.py's (the README "Models known to work" table).
+the harness are benchmarks/models_report.py's (the docs/users/models.md "Models known to work" table).
 
 Ops that still run as generic kernels (PyTorch's or Torch-FL's decomposition on fl,
-README "Fallbacks, profiling and coverage"), asserted exactly below so a change shows:
+docs/users/profiling.md), asserted exactly below so a change shows:
 arange.start_out, cumsum (int64), isin, triu (T5's masks in `generate`) and
 _transformer_encoder_layer_fwd (the encoder's eval fast path).  GPT-2 and Llama no
 longer build a causal mask with tril: their sdpa attention runs the reference
@@ -63,7 +63,7 @@ def test_model_matches_cpu_without_cpu_fallback(fl, case):
 
 def test_report_script_runs_without_the_cpu_fallback(python, tmp_path):
     """The script as a user runs it, with the CPU fallback switched off in the config
-    (README "The config file"): any op that needed the CPU would raise UnsupportedOpError."""
+    (docs/operators/config.md): any op that needed the CPU would raise UnsupportedOpError."""
     config = tmp_path / "config.yaml"
     config.write_text("fallback:\n  enable_cpu_fallback: false\n")
     out = python("import runpy, sys; sys.argv = ['models_report.py']\n"

@@ -1,7 +1,7 @@
 """Hugging Face `transformers.Trainer` (through `accelerate`) training on fl, as a user runs it.
 
-The script below is what a user writes (README "Distributed training", Hugging Face
-Trainer): a tiny random-weight GPT-2, AdamW (the Trainer's default), 3 steps of a
+The script below is what a user writes (docs/users/lightning-and-hf.md "Hugging Face
+Trainer"): a tiny random-weight GPT-2, AdamW (the Trainer's default), 3 steps of a
 global batch of 8.  It runs three times, each a fresh process: on the CPU (the
 reference), on fl:0 alone, and as two ranks on fl:0/fl:1 under torchrun (4 rows
 each, Trainer's own DDP).  The logged losses and the final weights must match the
@@ -28,7 +28,7 @@ import json, os, torch
 DEVICE = os.environ["TRAIN_DEVICE"]
 world = int(os.environ.get("WORLD_SIZE", 1))
 if DEVICE == "fl":
-    # What a user adds for fl (README "Hugging Face Trainer"): accelerate's device override,
+    # What a user adds for fl (docs/users/lightning-and-hf.md "Hugging Face Trainer"): accelerate's device override,
     # per rank; with several processes, use_cpu=True below picks accelerate's Gloo + plain-DDP path.
     import torch_fl
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -45,10 +45,10 @@ ids = torch.randint(0, 64, (24, 12), generator=torch.Generator().manual_seed(1))
 data = [{"input_ids": row, "labels": row} for row in ids]
 args = TrainingArguments(output_dir=os.environ["OUT_DIR"], per_device_train_batch_size=8 // world, max_steps=3,
                          learning_rate=1e-2, logging_steps=1, save_strategy="no", report_to=[], seed=0,
-                         disable_tqdm=True, use_cpu=DEVICE == "cpu" or world > 1,
+                         disable_tqdm=True, use_cpu=DEVICE == "cpu" or (DEVICE == "fl" and world > 1),
                          ddp_find_unused_parameters=False)
 if "TRAIN_COMPILE" in os.environ:
-    # The graph path (README "Graph path"): the model's forward compiled in place.
+    # The graph path (docs/users/graph-path.md): the model's forward compiled in place.
     # TrainingArguments' torch_compile_backend goes through accelerate's fixed list of
     # backend names, and nn.Module.compile() compiles nothing on PyTorch 2.13.
     model.forward = torch.compile(model.forward, backend=os.environ["TRAIN_COMPILE"])
@@ -99,6 +99,29 @@ def test_trainer_on_one_fl_device_matches_cpu(tmp_path, cpu_reference):
     assert results[0]["parallel"] == "ParallelMode.NOT_PARALLEL"
     assert results[0]["losses"] == pytest.approx(losses, abs=2e-4)
     torch.testing.assert_close(got[0], weights, rtol=0, atol=1e-4)
+
+
+def test_trainer_naming_no_device_follows_accelerate_onto_fl_and_matches_cpu(tmp_path, cpu_reference):
+    """docs/users/do-no-harm.md: code that names no device gets fl, the current accelerator; the
+    script neither imports torch_fl nor sets ACCELERATE_TORCH_DEVICE."""
+    losses, weights = cpu_reference
+    results, got = _run(tmp_path, "auto", "auto", 1)
+    assert results[0]["device"] == "fl:0" and results[0]["args_device"] == "fl:0", results
+    assert results[0]["losses"] == pytest.approx(losses, abs=2e-4)
+    torch.testing.assert_close(got[0], weights, rtol=0, atol=1e-4)
+
+
+def test_trainer_naming_no_device_refuses_several_ranks_it_would_not_synchronise(tmp_path):
+    """accelerate has no distributed type for fl: each rank would train alone, silently."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    (tmp_path / "out").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-port", str(free_port()), str(script)], capture_output=True, text=True,
+                          timeout=240, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                                          "TRAIN_DEVICE": "auto", "OUT_DIR": str(tmp_path / "out")})
+    assert proc.returncode != 0 and not list((tmp_path / "out").glob("result*.json"))
+    assert "FLIntegrationError" in proc.stderr and "use_cpu=True" in proc.stderr, proc.stderr[-3000:]
 
 
 def test_trainer_compiling_with_backend_fl_matches_cpu(tmp_path, cpu_reference):

@@ -1,4 +1,4 @@
-"""What a start-up does and does not do (BENCHMARKS.md, "import"): behaviour, not timings.
+"""What a start-up does and does not do (docs/benchmarks/index.md "Start-up"): behaviour, not timings.
 
 `import torch; import torch_fl; torch.fl.device_count()` with no config file and
 uncertified plugins must not parse fl_abi.h with cffi's C parser (its declarations
@@ -66,19 +66,6 @@ def test_a_trusted_key_is_still_read_with_cryptography(python, tmp_path):
     config.write_text(f"certification:\n  trusted_keys: [{key}]\n")
     started = _start(python, {"TORCH_FL_CONFIG": str(config)})
     assert started["devices"] == 2 and started["modules"] == ["cryptography", "yaml"]
-
-
-@pytest.mark.parametrize("text", ["torch>=2.13,<2.15", "torch >=2.13, <2.15", "torch==2.13.*", "torch~=2.13",
-                                  "torch>=2.13; python_version > '3'", "torchvision>=1", "torch[extra]>=2",
-                                  "torch", "torch===2.13.0", "torch!=2.14.0,>=2.13"])
-def test_the_torch_range_is_read_as_packaging_requirements_reads_it(text):
-    """torch_compat reads a plain `torch<specifiers>` without importing packaging.requirements
-    (its marker grammar is a start-up cost); the answer must be the one Requirement gives."""
-    from packaging.requirements import Requirement
-
-    from fl_runtime.torch_compat import _torch_specifier
-    req = Requirement(text)
-    assert _torch_specifier(text) == (str(req.specifier) if req.name == "torch" and not req.marker else None)
 
 
 _LAZY_START = """

@@ -1,5 +1,5 @@
 """`pip install torch-fl` with no extras and no `make`, in a fresh venv, gives working devices
-(README, "Set-up: two commands"): the reference plugin is compiled during the install, and
+(docs/users/install.md "Installing with pip"): the reference plugin is compiled during the install, and
 importing torch_fl pulls in none of the SDK's or the tests' dependencies.
 
 This is the slowest end-to-end test (a venv, PyTorch copied in from the package cache,
@@ -60,7 +60,7 @@ def plain_venv(tmp_path_factory):
 
 def _copy_clone(destination: Path) -> None:
     """Copy what a user's clone holds: the files git tracks or would track, never build outputs or
-    the venvs `make test` creates beside the sources (.venv-torch-next alone is ~6 GB)."""
+    the venvs `make test` creates beside the sources (each .venv-torch-* is ~6 GB)."""
     listing = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                              cwd=ROOT, capture_output=True)
     if listing.returncode != 0:          # not a git checkout (an sdist, say): skip what .gitignore names
@@ -108,8 +108,7 @@ def test_the_wheel_carries_the_generated_abi_module(plain_venv, tmp_path):
         import json, os, torch, torch_fl
         from fl_runtime import abi
         from fl_runtime.abi import dlpack, outofline
-        from fl_runtime.abi.header import cdef_region
-        key = outofline.module_key(cdef_region(abi.HEADER_PATH.read_text()))
+        key = outofline.module_key(abi.CDEF)
         print(json.dumps({"verified": outofline.read_verified(outofline.PACKAGED, key) is not None and
                                       outofline.read_verified(dlpack.PACKAGED, outofline.module_key(dlpack.CDEF))
                                       is not None,

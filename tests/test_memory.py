@@ -1,4 +1,4 @@
-"""torch.fl memory API over the caching allocator (README "Device API")."""
+"""torch.fl memory API over the caching allocator (docs/users/devices.md)."""
 import gc
 from types import SimpleNamespace
 

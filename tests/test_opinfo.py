@@ -2,7 +2,7 @@
 
 A deterministic subset: every 8th float32 OpInfo by name (about 85 ops spread
 over the alphabet), up to 4 samples each.  The full sweep is
-benchmarks/opinfo_report.py (figures in BENCHMARKS.md); both count a sample as
+benchmarks/opinfo_report.py (figures in docs/benchmarks/index.md "OpInfo sweep"); both count a sample as
 passing when fl:0's result matches the CPU's within rtol 1e-4 / atol 1e-5 with
 the default config (fallbacks on).
 """

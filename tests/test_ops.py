@@ -3,6 +3,8 @@ import warnings
 
 import pytest
 import torch
+
+from conftest import PYTHON_ROUTE
 from hypothesis import given, strategies as st
 
 FP32 = dict(rtol=1.3e-6, atol=1e-5)
@@ -180,11 +182,18 @@ def test_out_tensors_are_resized_to_the_result(fl, shape, warns):
     assert any("was resized" in str(w.message) for w in caught) == warns
 
 
-def test_pin_memory_gives_a_pageable_copy(fl):
-    x = torch.randn(4)
-    pinned = x.pin_memory()
-    assert torch.equal(pinned, x) and pinned.data_ptr() != x.data_ptr() and not pinned.is_pinned()
-    assert torch.equal(pinned.to("fl:0", non_blocking=True).cpu(), x)
+def test_pin_memory_gives_a_pageable_copy_on_the_python_route(python):
+    """Without the native bridge no pinned allocator exists: pin_memory() copies, truthfully
+    unpinned (the bridge's pinned memory: tests/test_pinned_memory.py)."""
+    result = python("""
+        import torch, torch_fl
+        x = torch.randn(4)
+        pinned = x.pin_memory()
+        assert torch.equal(pinned, x) and pinned.data_ptr() != x.data_ptr() and not pinned.is_pinned()
+        assert torch.equal(pinned.to("fl:0", non_blocking=True).cpu(), x)
+        print("ok")
+    """, env=PYTHON_ROUTE)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr
 
 
 @pytest.mark.parametrize("pure_python_storage", ["0", "1"])

@@ -1,4 +1,4 @@
-"""torch.optim on fl: the fused and foreach paths reach the vendor (README, "Optimizers").
+"""torch.optim on fl: the fused and foreach paths reach the vendor (docs/users/optimizers.md).
 
 PyTorch lists fl among the devices with foreach and fused kernels, so
 `AdamW(params)` takes the foreach path and `AdamW(params, fused=True)` calls

@@ -1,5 +1,5 @@
-"""The isolated probe's verdict cache and switch (fl_runtime.plugins.probe, README
-"Isolated probing"): one child per library build, never one per start-up; the
+"""The isolated probe's verdict cache and switch (fl_runtime.plugins.probe,
+docs/operators/plugins.md "Isolated probing"): one child per library build, never one per start-up; the
 bytes probed are the bytes the loader holds, not whatever the path names later.
 The faulty plugins themselves are tests/test_faulty_plugins.py's."""
 from __future__ import annotations

@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from fl_runtime import abi
 from fl_runtime.errors import IncompatibleABIError, PluginLoadError
 from fl_runtime.plugins.loader import PluginSource, discover_sources, load_plugin
 from fl_sdk import INCLUDE_DIR
@@ -57,7 +58,7 @@ def test_library_without_entry_symbol(built):
 
 
 def test_plugin_refusing_our_abi_is_incompatible(built):
-    with pytest.raises(IncompatibleABIError, match="refuses ABI 1.1"):
+    with pytest.raises(IncompatibleABIError, match=rf"refuses ABI 1\.{abi.ABI_MINOR}"):
         load_plugin(PluginSource("future", built["plugin_refuses_abi"], "config"))
 
 

@@ -1,4 +1,4 @@
-"""The profiler (README "Fallbacks, profiling and coverage"): per op path, variant, calls, host and device time, bytes
+"""The profiler (docs/users/profiling.md): per op path, variant, calls, host and device time, bytes
 copied by fallbacks; summary; fallback-share warning; Chrome trace; env and CLI."""
 import json
 import warnings

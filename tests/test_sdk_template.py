@@ -1,4 +1,4 @@
-"""The vendor template and `fl-sdk new` / `update` (README "Writing a plugin").
+"""The vendor template and `fl-sdk new` / `update` (docs/vendors/quick-start.md).
 
 End to end through the command line, as a vendor would: scaffold, build, load
 next to the reference vendor, run the conformance categories the template
@@ -90,7 +90,7 @@ def test_new_renders_the_answers_and_a_registered_skeleton_per_op(acme):
     assert answers["project_name"] == "acme" and answers["alignment"] == 512 and answers["device_count"] == 2
     assert answers["_commit"] == "v" + (TEMPLATE_DIR / "VERSION").read_text().strip()
     spec = yaml.safe_load((acme / "plugin.yaml").read_text())
-    assert spec["cflags"] == ["-O2", "-g"] and spec["sdk_libraries"] == ["kernel"]
+    assert spec["cflags"] == ["-O2", "-g"] and spec["sdk_libraries"] == ["kernel", "driver"]
     kernels = kernel_sources(acme)
     registered = "".join(kernels.values())
     for op in STARTING_OPS.split(","):    # each skeleton registers itself next to its code
@@ -281,6 +281,29 @@ def changed_template(destination: Path) -> str:
     return version
 
 
+def test_a_plugin_inside_a_larger_repository_updates_beside_its_unrelated_work(sdk_env, tmp_path):
+    """A plugin in a monorepo (`fl-sdk new --no-git` in a subfolder): only its own folder must
+    be clean; other uncommitted work of the repository neither blocks the update nor changes."""
+    repo = tmp_path / "mono"
+    git = ["git", "-c", "user.name=Vendor", "-c", "user.email=vendor@example.com"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "plugins").mkdir()
+    project = new_plugin(sdk_env, repo / "plugins", "sub", "--ops", "neg", "--no-git")
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "the plugin"], cwd=repo, check=True)
+    (repo / "notes.txt").write_text("someone else's work in progress\n")
+    version = changed_template(tmp_path / "template-next")
+
+    ok(fl_sdk(sdk_env, "update", str(project), "--template", str(tmp_path / "template-next")))
+
+    assert (project / "CHANGES.md").read_text() == "# sub: template changes\n"
+    assert yaml.safe_load((project / ".copier-answers.yml").read_text())["_commit"] == f"v{version}"
+    assert (repo / "notes.txt").read_text() == "someone else's work in progress\n"
+    (project / "README.md").write_text("edited, not committed\n")       # the plugin's own folder: refused
+    dirty = fl_sdk(sdk_env, "update", str(project), "--template", str(tmp_path / "template-next"))
+    assert dirty.returncode == 2 and "uncommitted changes" in dirty.stderr
+
+
 def test_update_keeps_vendor_edits_and_brings_the_template_change(sdk_env, tmp_path):
     project = new_plugin(sdk_env, tmp_path, "upd", "--ops", "neg")
     fill_in_neg(project)
@@ -345,51 +368,55 @@ def test_a_reference_kernel_file_compiles_unchanged_in_a_scaffolded_plugin(sdk_e
                        ("neg", "precise"): "not_supported"}, results
 
 
-def previous_template(destination: Path) -> str:
-    """The template as it was at its previous VERSION, from this checkout's git history."""
-    version = (TEMPLATE_DIR / "VERSION").read_text().strip()
-    git = ["git", "-C", str(ROOT)]
-    commits = subprocess.run([*git, "log", "--format=%H", "--", "vendor_template/VERSION"], capture_output=True,
-                             text=True)
-    if commits.returncode != 0 or not commits.stdout.strip():
-        pytest.skip("the previous template version needs this checkout's git history")
-    # HEAD first: the working tree may carry a VERSION bump not committed yet
-    for revision in ["HEAD", *(f"{commit}^" for commit in commits.stdout.split())]:
-        old = subprocess.run([*git, "show", f"{revision}:vendor_template/VERSION"], capture_output=True, text=True)
-        if old.returncode == 0 and old.stdout.strip() != version:
-            archive = subprocess.run([*git, "archive", revision, "vendor_template"], capture_output=True, check=True)
-            subprocess.run(["tar", "-x", "-C", str(destination)], input=archive.stdout, check=True)
-            return old.stdout.strip()
-    pytest.skip(f"no template version before {version} in the git history")
+# The template as it shipped at VERSION 1.2.0 (ABI 1.1), frozen: projects vendors scaffolded then.
+TEMPLATE_ABI_1_1 = ROOT / "tests" / "fixtures" / "template_abi_1_1"
 
 
-def test_update_from_the_previous_template_version_builds_and_keeps_driver_edits(sdk_env, python, tmp_path):
-    """A plugin scaffolded by the previous torch-fl (template VERSION before this one), with a
-    vendor edit in its driver, updates to this template: the edit stays, the project builds, and
-    its skeletons are registered and decline as before."""
-    old_version = previous_template(tmp_path)
-    project = tmp_path / "upd"
+def scaffold_from_abi_1_1_template(sdk_env: dict, project: Path, ops: list[str]) -> None:
+    """A project as `fl-sdk new` of the ABI 1.1 torch-fl made it (template 1.2.0), committed."""
     generate = (f"from pathlib import Path\nfrom fl_sdk.scaffold import new_project\n"
-                f"new_project('upd', Path({str(project)!r}), {{'ops': ['neg', 'add.Tensor']}}, "
-                f"template_dir=Path({str(tmp_path / 'vendor_template')!r}))\n")
+                f"new_project({project.name!r}, Path({str(project)!r}), {{'ops': {ops!r}}}, "
+                f"template_dir=Path({str(TEMPLATE_ABI_1_1)!r}))\n")
     subprocess.run([sys.executable, "-c", generate], env=sdk_env, check=True, capture_output=True)
-    assert yaml.safe_load((project / ".copier-answers.yml").read_text())["_commit"] == f"v{old_version}"
-    with (project / "src" / "device.c").open("a") as device:
-        device.write("\n/* Upd: our driver notes, kept across updates. */\n")
+    assert yaml.safe_load((project / ".copier-answers.yml").read_text())["_commit"] == "v1.2.0"
+
+
+def commit_vendor_edits(project: Path) -> None:
     git = ["git", "-c", "user.name=Vendor", "-c", "user.email=vendor@example.com"]
     subprocess.run([*git, "commit", "-qam", "vendor edits"], cwd=project, check=True)
+
+
+def test_update_from_the_abi_1_1_template_builds_on_the_driver_library_and_keeps_driver_edits(
+        sdk_env, python, tmp_path):
+    """A plugin scaffolded by the ABI 1.1 torch-fl (template 1.2.0), with vendor edits in its
+    driver, updates to this template (ABI 1.2): the edits stay, the ABI rules it carried in
+    src/error.c and src/registry.c give way to the SDK driver library, the project builds and
+    speaks ABI 1.2 (lifecycle, host-memory skeletons), refuses the overflowing tensor, and its
+    kernel skeletons are registered and decline as before."""
+    project = tmp_path / "upd"
+    scaffold_from_abi_1_1_template(sdk_env, project, ["neg", "add.Tensor"])
+    with (project / "src" / "device.c").open("a") as device:
+        device.write("\n/* Upd: our driver notes, kept across updates. */\n")
+    commit_vendor_edits(project)
 
     ok(fl_sdk(sdk_env, "update", str(project)))
 
     assert "/* Upd: our driver notes, kept across updates. */" in (project / "src" / "device.c").read_text()
     version = (TEMPLATE_DIR / "VERSION").read_text().strip()
     assert yaml.safe_load((project / ".copier-answers.yml").read_text())["_commit"] == f"v{version}"
+    assert not (project / "src" / "error.c").exists() and not (project / "src" / "registry.c").exists()
+    assert yaml.safe_load((project / "plugin.yaml").read_text())["sdk_libraries"] == ["kernel", "driver"]
     ok(fl_sdk(sdk_env, "build", str(project)))
     report = tmp_path / "upd.json"
     ok(fl_sdk(sdk_env, "test", str(library(project)), "--profile", "ci", "--json", str(report),
-              "-k", "test_numerics and float32"))
-    numerics = {t["op"]: t["status"] for t in json.loads(report.read_text())["tests"]}
-    assert numerics == {"neg": "not_supported", "add.Tensor": "not_supported"}, numerics
+              "-k", "test_numerics and float32 or overflows"))
+    document = json.loads(report.read_text())
+    results = {t["op"] or t["test"]: t["status"] for t in document["tests"]}
+    assert results == {"neg": "not_supported", "add.Tensor": "not_supported",
+                       "test_launch_refuses_a_tensor_whose_extent_overflows": "pass"}, results
+    assert document["plugin"]["abi_version"] == "1.2"       # the ABI 1.1 project now speaks 1.2
+    assert "PLG_HOST_MEMORY_READY" in (project / "src" / "internal.h").read_text()
+    assert "plugin_initialize" in (project / "src" / "plugin.c").read_text()
 
 
 TEMPLATE_COLLECTIVES_CHECK = r"""
@@ -412,22 +439,16 @@ print(json.dumps(result))
 """
 
 
-def test_update_to_the_abi_1_1_template_brings_collective_skeletons_that_decline(sdk_env, python, tmp_path):
-    """A project from the previous template version updates to this one (ABI 1.1): it gains
-    src/collective.c, keeps the vendor's edits, and offers no collectives until the vendor turns
-    them on; turned on, each skeleton declines with FL_ERROR_NOT_SUPPORTED and the runtime keeps
-    the plugin's distributed jobs host-staged."""
-    old_version = previous_template(tmp_path)
+def test_collective_skeletons_stay_off_until_turned_on_and_then_decline(sdk_env, python, tmp_path):
+    """A project from the ABI 1.1 template, updated to this one, with an edit in its entry point:
+    the edit stays, and it offers no collectives until the vendor turns them on; turned on, each
+    skeleton declines with FL_ERROR_NOT_SUPPORTED and the runtime keeps the plugin's distributed
+    jobs host-staged."""
     project = tmp_path / "coll"
-    generate = (f"from pathlib import Path\nfrom fl_sdk.scaffold import new_project\n"
-                f"new_project('coll', Path({str(project)!r}), {{'ops': ['neg']}}, "
-                f"template_dir=Path({str(tmp_path / 'vendor_template')!r}))\n")
-    subprocess.run([sys.executable, "-c", generate], env=sdk_env, check=True, capture_output=True)
-    assert not (project / "src" / "collective.c").exists(), f"template {old_version} already had collectives"
+    scaffold_from_abi_1_1_template(sdk_env, project, ["neg"])
     with (project / "src" / "plugin.c").open("a") as plugin:
         plugin.write("\n/* Coll: our entry-point notes, kept across updates. */\n")
-    git = ["git", "-c", "user.name=Vendor", "-c", "user.email=vendor@example.com"]
-    subprocess.run([*git, "commit", "-qam", "vendor edits"], cwd=project, check=True)
+    commit_vendor_edits(project)
 
     ok(fl_sdk(sdk_env, "update", str(project)))
 
@@ -451,3 +472,63 @@ def test_update_to_the_abi_1_1_template_brings_collective_skeletons_that_decline
     assert got["status"] == 8 and "not written yet" in got["message"], got      # FL_ERROR_NOT_SUPPORTED
     assert got["calls"] == ["all_gather", "all_reduce", "all_to_all", "broadcast", "recv", "reduce_scatter",
                             "send"], got
+
+
+# ---- ABI 1.2: the lifecycle, and runtimes too old to drive it ---------------------------
+
+def _refusal_by(checks, levels, lib) -> str:
+    from fl_runtime.abi import ffi
+    with pytest.raises(checks.TableRefusal) as refused:
+        checks.negotiate(ffi, levels, getattr(lib, "fl_plugin_get_api"))
+    assert refused.value.kind == checks.ABI_REFUSAL
+    return refused.value.message
+
+
+def test_a_scaffolded_1_2_plugin_is_refused_by_a_1_1_runtime_with_a_clear_message(acme):
+    """A scaffolded plugin opens its driver in plugin_initialize (ABI 1.2), which a 1.1 runtime
+    never calls: it refuses such a runtime (fl_abi.h "COMPATIBILITY PROMISE").  Negotiated as this
+    runtime does but asking for 1.1, the refusal carries the plugin's own reason; this runtime
+    (asking for 1.2) loads it and initialises it."""
+    from dataclasses import replace
+
+    from fl_runtime.abi import ffi
+    from fl_runtime.plugins import table_checks
+    from fl_runtime.plugins.loader import _LEVELS
+    lib = ffi.dlopen(str(library(acme)))
+    message = _refusal_by(table_checks, replace(_LEVELS, minor=1), lib)
+    assert message.startswith("refuses ABI 1.1; it speaks ABI 1.2: ") and "acme" in message, message
+    assert "needs a runtime that speaks ABI 1.2 or later" in message and "upgrade Torch-FL" in message, message
+    api = table_checks.negotiate(ffi, _LEVELS, getattr(lib, "fl_plugin_get_api"))
+    table_checks.initialize(ffi, _LEVELS, api)
+    assert table_checks.teardown(ffi, api) == 0
+
+
+def _last_commit_at_abi_1_1() -> str | None:
+    git = ["git", "-C", str(ROOT)]
+    log = subprocess.run([*git, "log", "--format=%H", "-n", "50", "--", "fl_sdk/include/fl_abi.h"],
+                         capture_output=True, text=True)
+    for commit in log.stdout.split() if log.returncode == 0 else []:
+        header = subprocess.run([*git, "show", f"{commit}:fl_sdk/include/fl_abi.h"], capture_output=True, text=True)
+        if "#define FL_ABI_VERSION_MINOR 1\n" in header.stdout:
+            return commit
+    return None
+
+
+def test_the_1_1_release_refuses_a_1_2_plugin_by_name(acme, tmp_path):
+    """The same plugin against the loader checks torch-fl shipped with ABI 1.1 (from this
+    checkout's history): refused as an ABI mismatch, with the message that release printed."""
+    commit = _last_commit_at_abi_1_1()
+    if commit is None:
+        pytest.skip("the 1.1 release's loader needs this checkout's git history")
+    old = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:fl_runtime/plugins/table_checks.py"],
+                         capture_output=True, text=True, check=True).stdout
+    (tmp_path / "old_table_checks.py").write_text(old)
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("old_table_checks", tmp_path / "old_table_checks.py")
+    checks = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = checks
+    spec.loader.exec_module(checks)
+    from fl_runtime.abi import ffi
+    levels = checks.AbiLevels(1, 1, 0, 0, 9, {}, "fl_plugin_get_api")
+    message = _refusal_by(checks, levels, ffi.dlopen(str(library(acme))))
+    assert message == "refuses ABI 1.1; it needs another Torch-FL release (see `torch-fl doctor`)", message

@@ -1,4 +1,4 @@
-"""torch.save / torch.load of fl tensors, modules and optimizer state (README "Device API")."""
+"""torch.save / torch.load of fl tensors, modules and optimizer state (docs/users/devices.md)."""
 import io
 
 import pytest

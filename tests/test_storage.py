@@ -4,7 +4,8 @@ against the same calls on the CPU."""
 import pytest
 import torch
 
-from fl_runtime.errors import DeviceNotFoundError, UnsupportedOpError
+from conftest import PYTHON_ROUTE
+from fl_runtime.errors import DeviceNotFoundError
 
 
 def test_untyped_storage_of_n_bytes_on_fl(fl):
@@ -27,7 +28,7 @@ def test_storage_construction_is_a_clear_error_not_a_crash(python):
     # Before Torch-FL routed it, this call killed the interpreter (a null C++ allocator).
     result = python("""
         import torch, torch_fl
-        from fl_runtime.errors import DeviceNotFoundError, UnsupportedOpError
+        from fl_runtime.errors import DeviceNotFoundError
         s = torch.UntypedStorage(16, device="fl:0")
         assert s.nbytes() == 16 and s.device == torch.device("fl:0")
         try:
@@ -81,14 +82,24 @@ def test_typed_storage_of_a_dtype_the_abi_lacks_is_refused(fl):
         torch.TypedStorage(2, dtype=torch.uint16).fl()
 
 
-def test_resizing_an_fl_storage_is_a_clear_error(fl):
-    x = torch.ones(3, device="fl")
-    storage = x.untyped_storage()
-    with pytest.raises(UnsupportedOpError, match="resize the tensor instead"):
-        storage.resize_(32)
-    assert storage.nbytes() == 12 and torch.equal(x.cpu(), torch.ones(3))
-    cpu = torch.UntypedStorage(2)
-    cpu.resize_(5)                                     # CPU storages resize as before
-    assert cpu.nbytes() == 5
-    x.resize_(8)                                       # the tensor route works on fl
-    assert x.untyped_storage().nbytes() >= 32
+def test_resizing_an_fl_storage_is_a_clear_error_on_the_python_route(python):
+    """Without the native bridge PyTorch cannot resize an fl storage: a clear error, nothing
+    lost (the bridge's resizes: tests/test_storage_resize.py)."""
+    result = python("""
+        import torch, torch_fl
+        from fl_runtime.errors import UnsupportedOpError
+        x = torch.ones(3, device="fl")
+        storage = x.untyped_storage()
+        try:
+            storage.resize_(32)
+        except UnsupportedOpError as exc:
+            assert "resize the tensor instead" in str(exc)
+        assert storage.nbytes() == 12 and torch.equal(x.cpu(), torch.ones(3))
+        cpu = torch.UntypedStorage(2)
+        cpu.resize_(5)                                     # CPU storages resize as before
+        assert cpu.nbytes() == 5
+        x.resize_(8)                                       # the tensor route works on fl
+        assert x.untyped_storage().nbytes() >= 32
+        print("ok")
+    """, env=PYTHON_ROUTE)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr

@@ -1,4 +1,4 @@
-"""torch.fl streams (README "Device API") and Tensor.record_stream with the caching allocator (README "Device API").
+"""torch.fl streams (docs/users/devices.md) and Tensor.record_stream with the caching allocator (docs/users/devices.md).
 
 Must show: a side-stream kernel reads a tensor freed on the main stream.
 Torch-FL differs from CUDA here.  CUDA's allocator knows only the stream a

@@ -1,4 +1,4 @@
-"""Host threads share one runtime (README "Threads"): nothing is lost or aliased,
+"""Host threads share one runtime (docs/users/devices.md "Threads"): nothing is lost or aliased,
 every value matches the CPU, and the current device and stream are per thread."""
 import json
 import random
@@ -44,11 +44,15 @@ def _run_threads(target, count: int = THREADS, timeout: float = 120) -> list:
     return failures
 
 
-def test_threads_soak_checks_every_value_against_the_cpu(python):
+# 0.25: a thread empties the cache every fourth step while the others work, which is how a
+# block freed during empty_cache's wait for the device once reached the vendor while in use.
+@pytest.mark.parametrize("empty_cache_rate", ["0.01", "0.25"])
+def test_threads_soak_checks_every_value_against_the_cpu(python, empty_cache_rate):
     """6 threads x fl:0/fl:1, own streams, cross-device copies, event waits, random ops."""
     result = python(f"""
         import runpy, sys
-        sys.argv = ["soak_threads.py", "--seconds", "4", "--threads", "{THREADS}", "--json"]
+        sys.argv = ["soak_threads.py", "--seconds", "4", "--threads", "{THREADS}", "--json",
+                    "--empty-cache-rate", "{empty_cache_rate}"]
         runpy.run_path({str(ROOT / 'benchmarks' / 'soak_threads.py')!r}, run_name="__main__")
     """, timeout=300)
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -252,3 +256,46 @@ def test_uploads_from_threads_keep_every_value(fl):
     _run_threads(body)
     rt = torch_fl.runtime()
     assert all(rt.uploads.pending(d)[0] <= LIMIT for d in (0, 1))
+
+
+def _gradients(x_cpu: torch.Tensor, w_cpu: torch.Tensor, device: str) -> tuple:
+    """d/dw and d/dx of a small network's loss on `device`, and on the CPU (the reference)."""
+    def loss(x, w):
+        hidden = torch.tanh(x @ w)
+        return (hidden.softmax(-1) * hidden).sum() + (w ** 2).mean()
+    x, w = x_cpu.to(device).requires_grad_(), w_cpu.to(device).requires_grad_()
+    loss(x, w).backward()
+    xc, wc = x_cpu.clone().requires_grad_(), w_cpu.clone().requires_grad_()
+    loss(xc, wc).backward()
+    return (w.grad, x.grad), (wc.grad, xc.grad)
+
+
+def test_backward_on_fl1_from_a_plain_worker_thread(fl):
+    """A thread that never touched torch.fl (it starts on fl:0) runs backward over fl:1 tensors:
+    with the bridge the autograd engine's fl:1 worker runs it (docs/users/native-bridge.md)."""
+    torch.manual_seed(0)
+    x, w = torch.randn(16, 32), torch.randn(32, 8)
+    result: dict = {}
+    worker = threading.Thread(target=lambda: result.update(grads=_gradients(x, w, "fl:1")))
+    worker.start()
+    worker.join(120)
+    (got_w, got_x), (want_w, want_x) = result["grads"]
+    assert got_w.device == got_x.device == torch.device("fl", 1)
+    torch.testing.assert_close(got_w.cpu(), want_w, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got_x.cpu(), want_x, rtol=1e-5, atol=1e-5)
+
+
+def test_threads_run_backward_on_different_devices_at_once(fl):
+    """Six threads, three per device, each its own backward at the same moment; every gradient
+    equals the CPU's."""
+    def body(i: int, barrier: threading.Barrier) -> None:
+        generator = torch.Generator().manual_seed(i)
+        x, w = torch.randn(8, 24, generator=generator), torch.randn(24, 6, generator=generator)
+        device = f"fl:{i % 2}"
+        barrier.wait()
+        for _ in range(3):
+            (got_w, got_x), (want_w, want_x) = _gradients(x, w, device)
+            assert got_w.device.index == i % 2
+            torch.testing.assert_close(got_w.cpu(), want_w, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(got_x.cpu(), want_x, rtol=1e-5, atol=1e-5)
+    _run_threads(body)

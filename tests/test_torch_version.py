@@ -2,28 +2,55 @@
 import pytest
 
 from fl_runtime.errors import TorchVersionError
-from fl_runtime.torch_compat import check_torch_version, supported_torch_range
+from fl_runtime.torch_compat import ALLOW_UNTESTED_ENV, check_torch_version, supported_torch_range
 
 
 def test_declared_range_admits_the_installed_torch():
     check_torch_version()
 
 
-@pytest.mark.parametrize("version", ["2.13.0", "2.13.1", "2.14.0", "2.14.1"])
+@pytest.mark.parametrize("version", ["2.13.0", "2.13.1", "2.14.0", "2.14.1", "2.15.0", "2.15.1"])
 def test_supported_minors_are_admitted(version):
-    """README "Supported PyTorch versions": 2.13.x and 2.14.x."""
+    """docs/operators/torch-versions.md: every minor from 2.13 to 2.15."""
     check_torch_version(version)
 
 
-@pytest.mark.parametrize("version", ["2.12.1", "2.15.0", "3.0.0"])
-def test_other_versions_are_refused_with_both_versions_named(version):
+@pytest.mark.parametrize("version", ["2.12.1", "2.16.0", "3.0.0"])
+def test_other_versions_are_refused_with_both_versions_named(version, monkeypatch):
+    monkeypatch.delenv(ALLOW_UNTESTED_ENV, raising=False)
     with pytest.raises(TorchVersionError) as info:
         check_torch_version(version)
     assert version in str(info.value) and supported_torch_range() in str(info.value)
 
 
+def test_a_newer_torch_names_the_upgrade_and_the_override(monkeypatch):
+    monkeypatch.delenv(ALLOW_UNTESTED_ENV, raising=False)
+    with pytest.raises(TorchVersionError) as info:
+        check_torch_version("2.16.0")
+    assert "pip install -U torch-fl" in str(info.value) and f"{ALLOW_UNTESTED_ENV}=1" in str(info.value)
+
+
+def test_the_override_admits_a_newer_torch_and_logs_it(monkeypatch, caplog):
+    monkeypatch.setenv(ALLOW_UNTESTED_ENV, "1")
+    with caplog.at_level("WARNING", logger="torch_fl"):
+        check_torch_version("2.16.0")
+    assert any("2.16.0" in r.getMessage() and ALLOW_UNTESTED_ENV in r.getMessage() for r in caplog.records)
+    with pytest.raises(TorchVersionError):      # never an older one: the runtime needs its APIs
+        check_torch_version("2.12.1")
+
+
+def test_pyproject_states_the_windows_lower_bound_and_no_upper_bound():
+    """pip must never downgrade a newer torch to install Torch-FL (docs/operators/torch-versions.md)."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    (requirement,) = re.findall(r'"torch([<>=!~][^"]*)"', text)
+    lower = next(c for c in supported_torch_range().split(",") if c.startswith(">="))
+    assert requirement == lower
+
+
 def test_every_private_pytorch_entry_point_exists_in_this_torch():
-    """README "Supported PyTorch versions": admitting a minor starts with this list."""
+    """docs/contributors/private-pytorch-names.md "Admitting a new minor" starts with this list."""
     from fl_runtime.torch_compat import missing_private_apis
     assert missing_private_apis() == []
 

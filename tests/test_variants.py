@@ -1,4 +1,4 @@
-"""Precise and fast kernel variants (README "Fallbacks, profiling and coverage"): the config's policy picks one, globally,
+"""Precise and fast kernel variants (docs/users/profiling.md): the config's policy picks one, globally,
 per op, and fast under autocast; the profile shows which ran.
 
 The policy tests load tests/fixtures/plugin_variants.c: the reference vendor

@@ -172,8 +172,22 @@ try:
     raise AssertionError("a collective after a failure succeeded")
 except CollectiveError as exc:
     assert "FL_ERROR_COLLECTIVE_MISMATCH" in str(exc), exc
-print("MIXED_OK")
-os._exit(0)      # the failed group cannot be destroyed cleanly; the test is over
+print("MIXED_OK", flush=True)
+
+# DDP over the vendor path, rank 1 gone before its backward: rank 0's gradient all-reduce fails
+# (the communicator's timeout) and DDP raises it.  DDP's C++ reducer reads the Work's future:
+# its failure must be an error there, not an exception object posing as the result (a crash).
+h = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=3))
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2).to(dev), device_ids=[rank], process_group=h)
+loss = model(torch.ones(3, 4, device=dev)).sum()
+if rank == 1:
+    os._exit(0)
+try:
+    loss.backward()
+    print("DDP no error")
+except RuntimeError as exc:
+    print("DDP", "CollectiveError" in str(exc) and "FL_ERROR_TIMEOUT" in str(exc), flush=True)
+os._exit(0)      # the failed groups cannot be destroyed cleanly; the test is over
 """
 
 
@@ -182,3 +196,4 @@ def test_mixed_job_goes_host_staged_and_a_mismatch_fails_on_both_ranks():
     assert_all_ok(results)
     for r in results:
         assert r.lines("MIXED_OK") == [""], r.output[-3000:]
+    assert results[0].lines("DDP") == ["True"], results[0].output[-3000:]

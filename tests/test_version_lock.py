@@ -1,6 +1,6 @@
 """Validated version combinations: driver requirements, certified stacks, lock files.
 
-README, "Upgrading safely" and "The config file" (drivers, require_lock).  Start-up
+docs/operators/locks-and-upgrades.md and docs/operators/config.md (drivers, require_lock).  Start-up
 runs in a fresh process each time (the runtime is per process), on a private copy
 of the reference library whose metadata file each test writes, and whose driver
 version FL_REFERENCE_DRIVER_VERSION sets.  Every refusal must name the field and

@@ -1,7 +1,9 @@
-"""The C ABI as cffi sees it: declarations read from fl_abi.h, never retyped.
+"""The C ABI as cffi sees it: declarations read from fl_abi.h and its extension
+headers (fl_collectives.h, ...), never retyped.
 
-The header marks the plain-C region cffi can parse between FL_CDEF_BEGIN and
-FL_CDEF_END; this module extracts it once, so the header stays the only copy.
+Each header marks the plain-C region cffi can parse between FL_CDEF_BEGIN and
+FL_CDEF_END; this module extracts them once (abi.header.read_cdef), so the
+headers stay the only copy.
 `ffi` comes from cffi's out-of-line module generated from that region and cached
 (abi.outofline): the header is not parsed again at every import.
 """
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from fl_runtime.abi.header import cdef_region
+from fl_runtime.abi.header import cdef_region, read_cdef
 from fl_runtime.abi.outofline import MISSING_SYMBOL, PACKAGED, load_ffi
 
 
@@ -30,7 +32,8 @@ HEADER_PATH = _header_path()
 ENTRY_SYMBOL = "fl_plugin_get_api"
 
 
-ffi = load_ffi(cdef_region(HEADER_PATH.read_text(encoding="utf-8"), HEADER_PATH), PACKAGED)
+CDEF: str = read_cdef(HEADER_PATH)      # every header's region, as the out-of-line module is keyed
+ffi = load_ffi(CDEF, PACKAGED)
 _cdef_region = cdef_region      # the extraction, for the header tests
 # Constants the runtime needs, taken from the header through cffi.
 _consts = ffi.dlopen(None)  # the process itself: only enum/#define values are read
@@ -50,6 +53,9 @@ _TORCH_TO_FL = {
     torch.bfloat16: "FL_BFLOAT16", torch.int8: "FL_INT8", torch.uint8: "FL_UINT8",
     torch.int16: "FL_INT16", torch.int32: "FL_INT32", torch.int64: "FL_INT64",
     torch.bool: "FL_BOOL", torch.complex64: "FL_COMPLEX64",
+    # ABI 1.2 (fl_abi.h, fl_dtype): PyTorch's float8 formats
+    torch.float8_e4m3fn: "FL_FLOAT8_E4M3FN", torch.float8_e5m2: "FL_FLOAT8_E5M2",
+    torch.float8_e4m3fnuz: "FL_FLOAT8_E4M3FNUZ", torch.float8_e5m2fnuz: "FL_FLOAT8_E5M2FNUZ",
 }
 DTYPE_TO_FL: dict[torch.dtype, int] = {dt: getattr(_consts, name) for dt, name in _TORCH_TO_FL.items()}
 FL_TO_DTYPE: dict[int, torch.dtype] = {code: dt for dt, code in DTYPE_TO_FL.items()}
@@ -67,9 +73,14 @@ ARG_STRING = _consts.FL_ARG_STRING
 
 # ABI 1.1: the extension chain and the collectives extension (fl_abi.h, "EXTENSIONS").
 EXTENSION_COLLECTIVES: int = _consts.FL_EXTENSION_COLLECTIVES
+# ABI 1.2: pinned host memory (fl_host_memory.h)
+EXTENSION_HOST_MEMORY: int = _consts.FL_EXTENSION_HOST_MEMORY
 REDUCE_OPS: dict[str, int] = {name: getattr(_consts, f"FL_REDUCE_{name.upper()}")
                               for name in ("sum", "prod", "min", "max", "avg")}
 COMM_UNIQUE_ID_BYTES: int = _consts.FL_COMM_UNIQUE_ID_BYTES
+# ABI 1.2: which ranks a communicator can join (fl_comm_reach).
+COMM_REACH_HOST: int = _consts.FL_COMM_REACH_HOST
+COMM_REACH_ANY: int = _consts.FL_COMM_REACH_ANY
 
 VARIANT_NAMES = {_consts.FL_VARIANT_PRECISE: "precise", _consts.FL_VARIANT_FAST: "fast"}
 

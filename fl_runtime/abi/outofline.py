@@ -2,11 +2,11 @@
 
 Parsing fl_abi.h with `ffi.cdef` at every import costs pycparser's start-up and
 parse, and every new type string given to `ffi.new`/`typeof` another parse
-(BENCHMARKS.md, "import").  cffi's out-of-line ABI mode (`set_source(name, None)`
+(docs/benchmarks/index.md "Start-up").  cffi's out-of-line ABI mode (`set_source(name, None)`
 + `emit_python_code`, no C compiler) turns the same declarations into a small
 Python module whose `ffi` _cffi_backend builds from packed type tables, and whose
 type strings a C parser reads.  The header stays the one source of truth: the
-module is generated from its cdef region (header.cdef_region), and keyed by the
+module is generated from the headers' cdef regions (header.read_cdef), and keyed by the
 sha256 of that region and _cffi_backend's version, so a changed header, a changed
 extraction or another cffi never meets a stale module.
 

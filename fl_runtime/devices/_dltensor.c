@@ -12,7 +12,7 @@
  *
  * Why C.  The pure-Python path (storage.py) packs the struct with `struct`, makes the capsule
  * through ctypes and frees through a cffi callback into Python: ~2.8 us of a tiny op's host
- * time (README "Compiled helpers"; BENCHMARKS.md, "Compiled helpers").  Here the whole wrap is
+ * time (docs/contributors/compiled-helpers.md; docs/benchmarks/index.md "Where a tiny op's time goes").  Here the whole wrap is
  * one call.
  *
  * The deleter never enters Python.  PyTorch calls it when a storage dies: on any thread (an

@@ -4,9 +4,9 @@ Blocks freed by PyTorch go back to a pool keyed by (stream, rounded size) and
 are handed out again without a vendor call, so a steady training loop makes no
 vendor allocation per op.  A block is only reused on the stream it was
 allocated on (FIFO order makes that safe); if other streams used it, it waits
-for events recorded on those streams first (README "Device API").
+for events recorded on those streams first (docs/users/devices.md).
 
-Threads (README "Threads"): one lock per allocator guards the pool, the live
+Threads (docs/users/devices.md "Threads"): one lock per allocator guards the pool, the live
 map and the stats; PyTorch's deleter (any thread, possibly inside another
 allocation through the garbage collector) only appends to a deque, which
 needs no lock (the compiled deleter, storage.py, only to a C list, which
@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.devices.registry import DeviceInfo
-from fl_runtime.devices.storage import collect_freed, release_held
+from fl_runtime.devices import storage as _storage
+from fl_runtime.devices.storage import release_held
 from fl_runtime.errors import FLOutOfMemoryError, VendorError
 from fl_runtime.logs import logger
+from fl_runtime.tracebacks import release_remembered
 
 _SMALL_LIMIT = 1 << 20      # below 1 MiB round to 512 B, above to 128 KiB
 _SMALL_ROUND = 512
@@ -68,6 +70,10 @@ class MemoryStats:
         self.peak_allocated = self.allocated
         self.peak_reserved = self.reserved
 
+    def reset_accumulated(self) -> None:
+        """Zero the counters that only grow (torch.cuda.reset_accumulated_memory_stats)."""
+        self.vendor_mallocs = self.vendor_frees = self.cache_hits = self.alloc_retries = self.ooms = 0
+
 
 class CachingAllocator:
     def __init__(self, device: DeviceInfo, synchronize_device) -> None:
@@ -89,7 +95,7 @@ class CachingAllocator:
     def allocate_rounded(self, size: int, stream) -> Block:
         """allocate() for a size round_size() already gave (the per-signature programs
         round once, ops/fast_path.py)."""
-        collect_freed()     # storages PyTorch freed through the compiled deleter (storage.py)
+        _storage.collect_freed()     # storages PyTorch freed through the compiled deleter (storage.py)
         with self._lock:
             if self._freed:
                 self._drain_freed()
@@ -122,10 +128,16 @@ class CachingAllocator:
             if stream.key != block.stream.key:
                 block.used_by.add(stream)
 
+    def holds(self, address: int) -> bool:
+        """Whether `address` lies in a block this allocator holds from the vendor."""
+        with self._lock:
+            return self._held.overlapping(address, 1) is not None
+
     def settle(self) -> None:
         """Account for storages PyTorch freed since the last allocation (for the stats API)."""
         release_held()      # a failed op's inputs, kept past its exception's unwinding
-        collect_freed()
+        release_remembered()    # tensors that live errors' runtime frames still held (fl_runtime.tracebacks)
+        _storage.collect_freed()
         with self._lock:
             if self._freed:
                 self._drain_freed()
@@ -241,20 +253,22 @@ class CachingAllocator:
     def empty_cache(self) -> None:
         """Give every cached block back to the vendor (waits for the device first)."""
         release_held()
-        collect_freed()
-        self._synchronize_device()
+        release_remembered()
+        _storage.collect_freed()
+        # Take the pool first, then wait for the device: all work that touched those blocks
+        # was enqueued before they were freed, hence before the wait.  A block freed during
+        # the wait may still be in use by work enqueued after it began, so it stays pooled
+        # (reused in stream order), never handed back to the vendor (docs/users/devices.md).
         with self._lock:
             if self._freed:
                 self._drain_freed()
             self._collect_waiting()
-            # _synchronize_device waited for this thread's streams only; a block another
-            # thread freed may still be read by work queued on its stream (README "Device API").
-            for stream in {b.stream.key: b.stream for bucket in self._pool.values() for b in bucket}.values():
-                stream.synchronize()
-            for bucket in self._pool.values():
-                for block in bucket:
-                    self._vendor_free(block)
+            taken = [block for bucket in self._pool.values() for block in bucket]
             self._pool.clear()
+        self._synchronize_device()
+        with self._lock:
+            for block in taken:
+                self._vendor_free(block)
 
     def _vendor_free(self, block: Block) -> None:
         self._held.remove(block.ptr)

@@ -62,7 +62,7 @@ def probe_plugin(plugin: Plugin) -> list[DeviceInfo]:
     count = ffi.new("int32_t*")
     plugin.check(plugin.api.device_count(count), "device_count")
     if not 0 <= count[0] <= MAX_DEVICES_PER_PLUGIN:
-        # A corrupt count would hang start-up probing 2^31 devices (README "Pointing Torch-FL at a plugin").
+        # A corrupt count would hang start-up probing 2^31 devices (docs/operators/plugins.md).
         raise PluginLoadError(plugin.source.name, f"device_count reported {count[0]} devices; a plugin may "
                               f"report 0 to {MAX_DEVICES_PER_PLUGIN}: fix the plugin's device_count")
     logger.debug("plugin '%s' reports %d device(s)", plugin.name, count[0])

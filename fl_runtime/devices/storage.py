@@ -6,7 +6,7 @@ pointer is the vendor's device address, the strides are ours, and PyTorch
 calls our deleter when the last view of the storage dies, which returns the
 block to the caching allocator.  PyTorch never dereferences the address.
 
-Lifetimes (README "Status and known limits", process exit).  PyTorch keeps a
+Lifetimes (docs/users/limits.md "Processes": process exit).  PyTorch keeps a
 raw pointer to each DLManagedTensor and, when the storage dies, reads its
 `deleter` field and calls it.  Both things it touches must outlive every fl
 tensor, including tensors that die while the interpreter tears itself down:
@@ -52,6 +52,11 @@ DL_DTYPES = {  # torch dtype -> (DLPack type code, bits)
     torch.float32: (2, 32), torch.float64: (2, 64), torch.float16: (2, 16), torch.bfloat16: (4, 16),
     torch.int8: (0, 8), torch.int16: (0, 16), torch.int32: (0, 32), torch.int64: (0, 64),
     torch.uint8: (1, 8), torch.bool: (6, 8), torch.complex64: (5, 64),
+    # float8: DLPack 1.1's codes (kDLFloat8_e4m3fn 10, _e4m3fnuz 11, _e5m2 12, _e5m2fnuz 13), which
+    # torch.from_dlpack accepts in the unversioned capsule this module hands it from torch 2.13
+    # on (tests/test_fp8.py checks the round trip); docs/vendors/fp8.md says why not uint8 bytes.
+    torch.float8_e4m3fn: (10, 8), torch.float8_e4m3fnuz: (11, 8), torch.float8_e5m2: (12, 8),
+    torch.float8_e5m2fnuz: (13, 8),
 }
 
 _capsule_new = ctypes.pythonapi.PyCapsule_New
@@ -251,6 +256,17 @@ def _nothing_to_collect() -> int:
 # deleter calls `release` itself).
 _native_wrap = _native.wrap if _native is not None else None
 collect_freed = _native.collect if _native is not None else _nothing_to_collect
+
+
+def also_collect(collect) -> None:
+    """Make collect_freed() run `collect` too: the native bridge's device blocks, which PyTorch
+    frees through a DataPtr deleter of the same lock-free kind (bridge/csrc/freed_blocks.h)."""
+    global collect_freed
+    first = collect_freed
+
+    def both() -> int:
+        return first() + collect()
+    collect_freed = both
 
 
 def detach_deleters() -> int:

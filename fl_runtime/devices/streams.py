@@ -226,24 +226,52 @@ class StreamRegistry:
     def set_current(self, stream: Stream) -> Stream:
         """Make `stream` current for its device on this thread; returns the previous one."""
         previous = self.current(stream.device_index)
+        self.keep_current(stream)
+        return previous
+
+    def keep_current(self, stream: Stream) -> None:
+        """Hold `stream` as this thread's current one of its device (while it is current, the
+        stream object must live), and start the tracking later launches read."""
         current = getattr(self._local, "current", None)
         if current is None:
             current = self._local.current = {}
         current[stream.device_index] = stream
+        self.remember(stream)
         self.any_current = True      # before any launch on this thread can read it (same thread)
+
+    def use_native_thread_state(self, current_id, set_current_id) -> None:
+        """With the native bridge each thread's current stream ids live in C++ (its device
+        guard reads them without the GIL, docs/users/native-bridge.md): current() and
+        set_current() then read and write those, and hold the Stream objects as before."""
+        self._native_current_id, self._native_set_id = current_id, set_current_id
+        self.current, self.set_current = self._native_current, self._native_set_current
+
+    def _native_current(self, index: int) -> Stream:
+        stream_id = self._native_current_id(index)
+        if stream_id == DEFAULT_STREAM_ID:
+            return self.default[index]
+        held = getattr(self._local, "current", None)
+        stream = held.get(index) if held else None
+        return stream if stream is not None and stream.stream_id == stream_id else self.lookup(index, stream_id)
+
+    def _native_set_current(self, stream: Stream) -> Stream:
+        previous = self._native_current(stream.device_index)
+        self.keep_current(stream)
+        self._native_set_id(stream.device_index, stream.stream_id)
         return previous
 
     def synchronize_device(self, index: int) -> None:
-        """Wait for the default stream and this thread's current stream of a device."""
-        self.default[index].synchronize()
-        current = self.current(index)
-        if current is not self.default[index]:
-            current.synchronize()
+        """Wait for every live stream of a device, whichever thread made it current
+        (cudaDeviceSynchronize's rule; torch.accelerator.synchronize promises all streams)."""
+        with self._by_id_lock:
+            streams = [s for (device, _), s in self._by_id.items() if device == index]
+        for stream in streams:
+            stream.synchronize()
 
 
 def register_record_stream(library, rt) -> None:
     """aten::record_stream for fl tensors (PyTorch routes Tensor.record_stream there):
-    tell the tensor's allocator that `stream` uses its block (README "Device API")."""
+    tell the tensor's allocator that `stream` uses its block (docs/users/devices.md)."""
     from fl_runtime.devices.storage import storage_base
 
     def record_stream(self: torch.Tensor, s: torch.Stream) -> None:

@@ -22,6 +22,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from fl_runtime.devices.registry import DEVICE_TYPE
+from fl_runtime.ops.boundary import leaves_runtime
 
 BACKEND = DEVICE_TYPE
 LOWER = (
@@ -117,6 +118,6 @@ def register() -> list[str]:
             if not overloads:
                 missing.append(name)
             for qualified, op in overloads:
-                kernels.impl(qualified, _make_kernel(op, policy), "AutocastPrivateUse1")
+                kernels.impl(qualified, leaves_runtime(_make_kernel(op, policy)), "AutocastPrivateUse1")
     _libraries.extend([fallthrough, kernels])
     return missing

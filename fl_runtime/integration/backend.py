@@ -11,14 +11,16 @@ import functools
 
 import torch
 
+from fl_runtime import bridge
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.devices.streams import register_record_stream
-from fl_runtime.integration import (autocast, distributed, fork, ipc, lightning, parameters, serialization,
-                                    storages, torch_compile)
+from fl_runtime.integration import (accelerator, autocast, distributed, fork, hf_trainer, ipc, lightning,
+                                    parameters, serialization, storages, torch_compile)
 from fl_runtime.integration.device_module import make_device_module
 from fl_runtime.logs import logger
 from fl_runtime.ops import attention, copies, foreach, rnn
 from fl_runtime.ops import factories as tensors
+from fl_runtime.ops.boundary import GuardedLibrary
 from fl_runtime.ops.fallback.cpu import make_boxed_fallback
 from fl_runtime.ops.rng import register_seeded_dropout
 
@@ -64,49 +66,62 @@ def install(rt) -> None:
     # minus the rename when the slot already carries our name.
     if current != BACKEND_NAME:
         torch.utils.rename_privateuse1_backend(BACKEND_NAME)
+    native = bridge.load()        # None: the Python route (bridge.status() says why)
+    if native is not None:        # first: the runtime's thread state and RNG move onto it
+        bridge.install(rt, native)
     # for_storage: UntypedStorage.is_fl / .fl() and the TypedStorage ones (storages.py
     # then routes .fl() and construction through our allocator).
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True,
                                                          unsupported_dtype=storages.unsupported_dtypes())
-    torch._register_device_module(BACKEND_NAME, make_device_module(rt))
+    fl_module = make_device_module(rt)
+    torch._register_device_module(BACKEND_NAME, fl_module)
     serialization.install(rt)     # torch.load / storage moves through our allocator
     parameters.install()          # Module.to keeps Parameter objects (tied weights, optimizers)
-    storages.install(rt)          # torch.UntypedStorage(n, device="fl") through our allocator
+    storages.install(rt, resizable=native is not None)   # UntypedStorage(n, device="fl") through our allocator
     ipc.install()                 # fl tensors sent to another process: a clear error, never a hang
     fork.register(rt)             # children forked from now on must not use fl
-    torch._C._acc.register_python_privateuseone_hook(_Hooks(rt))
-    torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())
+    if native is None:
+        torch._C._acc.register_python_privateuseone_hook(_Hooks(rt))
+        torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())
+        accelerator.install(rt, fl_module)   # torch.accelerator.* for fl (after the hooks make fl current)
     aten = torch.library.Library("aten", "IMPL")
-    tensors.register(aten, rt)
-    copies.register(aten, rt)
-    register_record_stream(aten, rt)
-    register_seeded_dropout(aten, rt)
-    rnn.register(aten)             # the fused LSTM/GRU cells PyTorch picks for non-CPU devices
-    attention.register(aten, rt)   # a plugin's fused attention behind scaled_dot_product_attention
-    foreach.register(aten, rt)     # out-of-place foreach ops (optimizers) on a plugin's .out kernel
+    # Every Python kernel PyTorch calls clears the runtime's frames from what it raises
+    # (ops.boundary); the launcher's do it inline.
+    owned = GuardedLibrary(aten)
+    tensors.register(owned, rt, resizable_storage=native is not None)
+    copies.register(owned, rt, pinned_memory=native is not None)
+    register_record_stream(owned, rt)
+    register_seeded_dropout(owned, rt)
+    rnn.register(owned)             # the fused LSTM/GRU cells PyTorch picks for non-CPU devices
+    attention.register(owned, rt)   # a plugin's fused attention behind scaled_dot_product_attention
+    foreach.register(owned, rt)     # out-of-place foreach ops (optimizers) on a plugin's .out kernel
     for name in _FAST_VIEWS:
         aten.impl(name, _redispatch_view(name), "PrivateUse1")
     unknown = rt.launcher.register(aten, rt.op_names, skip=RUNTIME_OWNED | set(_FAST_VIEWS))
     if unknown:
         logger.warning("plugins offer kernels for ops PyTorch does not know (ignored): %s", unknown)
     catch_all = torch.library.Library("_", "IMPL")
-    catch_all.fallback(make_boxed_fallback(rt.launcher.chain, rt.current_device), "PrivateUse1")
+    GuardedLibrary(catch_all).fallback(make_boxed_fallback(rt.launcher.chain, rt.current_device), "PrivateUse1")
     _libraries.extend([aten, catch_all])
     autocast.register()     # the cast policy of torch.autocast("fl")
-    distributed.register()  # the `fl` torch.distributed backend (README, "Distributed training")
+    distributed.register()  # the `fl` torch.distributed backend (docs/users/distributed.md)
     lightning.install()     # accelerator="fl" once Lightning is imported (never imports it)
+    hf_trainer.install()    # the HF Trainer follows accelerate onto fl (docs/users/do-no-harm.md)
     torch_compile.install()  # torch.compile: dynamo's device interface, Inductor's fl backend (lazily)
-    # PyTorch's Python device guard reports one device, so the autograd engine
-    # has a worker queue for fl:0 only and asserts on backward over fl:1.
-    # Running backward on the calling thread avoids those queues.  The switch
-    # is per thread: threads other than the importing one must call
-    # torch.autograd.set_multithreading_enabled(False) themselves (README).
-    torch._C._set_multithreading_enabled(False)
+    if native is None:
+        # PyTorch's Python device guard reports one device, so the autograd engine
+        # has a worker queue for fl:0 only and asserts on backward over fl:1.
+        # Running backward on the calling thread avoids those queues.  The switch
+        # is per thread: threads other than the importing one must call
+        # torch.autograd.set_multithreading_enabled(False) themselves
+        # (docs/users/limits.md "Autograd and threads").
+        # The bridge's guard counts every device, and the engine's queues work.
+        torch._C._set_multithreading_enabled(False)
 
 
 def _redispatch_view(name: str):
     """The PrivateUse1 kernel of a metadata-only view: the CPU kernel, which reads no data.
     A partial of the operator handle's redispatch, not a Python function: every view of
     every model (transpose, unsqueeze, expand ... end in as_strided) calls it, and the
-    Python frame cost ~0.8 us a view (BENCHMARKS.md, "view")."""
+    Python frame cost ~0.8 us a view (docs/benchmarks/index.md "Host cost per op")."""
     return functools.partial(getattr(torch.ops.aten, name).default._handle.redispatch_boxed, _CPU_KEYSET)

@@ -192,6 +192,11 @@ def _memory_api(rt, index_of) -> dict:
         alloc.settle()
         alloc.stats.reset_peaks()
 
+    def reset_accumulated_memory_stats(device=None) -> None:
+        alloc = allocator(device)
+        alloc.settle()
+        alloc.stats.reset_accumulated()
+
     def empty_cache() -> None:
         """Return every cached block of every device to the vendor."""
         for alloc in rt.allocators:
@@ -218,7 +223,8 @@ def _memory_api(rt, index_of) -> dict:
 
     return {"memory_allocated": memory_allocated, "max_memory_allocated": max_memory_allocated,
             "memory_reserved": memory_reserved, "max_memory_reserved": max_memory_reserved,
-            "reset_peak_memory_stats": reset_peak_memory_stats, "empty_cache": empty_cache,
+            "reset_peak_memory_stats": reset_peak_memory_stats,
+            "reset_accumulated_memory_stats": reset_accumulated_memory_stats, "empty_cache": empty_cache,
             "memory_stats": memory_stats, "memory_summary": memory_summary,
             "set_per_process_memory_fraction": set_per_process_memory_fraction,
             "get_per_process_memory_fraction": get_per_process_memory_fraction, "mem_get_info": mem_get_info}

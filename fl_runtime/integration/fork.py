@@ -2,7 +2,7 @@
 
 The runtime starts its vendor drivers when `torch_fl` is imported, so a
 process forked after that inherits driver state that is not valid in the child
-(PyTorch's rule for CUDA, README "Device API").  `os.register_at_fork` marks
+(PyTorch's rule for CUDA, docs/users/devices.md).  `os.register_at_fork` marks
 such a child as "in a bad fork": `torch.fl._is_in_bad_fork()` is True (so
 `torch.manual_seed` in a DataLoader worker skips fl, as it skips CUDA),
 `is_initialized()` is False, and any use of an fl device -- a new tensor, an op,

@@ -1,4 +1,4 @@
-"""torch.compile(model, backend="fl"): the graph path (README "Graph path").
+"""torch.compile(model, backend="fl"): the graph path (docs/users/graph-path.md).
 
 Dynamo captures the user's code as an FX graph; AOTAutograd (PyTorch's own,
 `aot_autograd`) traces it into ATen graphs, a forward and a backward for training or
@@ -21,6 +21,7 @@ import torch
 
 from fl_runtime.integration import process
 from fl_runtime.logs import logger
+from fl_runtime.ops.boundary import leaves_runtime
 from fl_runtime.ops.launch_list import LaunchList
 
 BACKEND_NAME = "fl"
@@ -41,7 +42,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list):
     it, so AOTAutograd's references do not keep inputs alive) running `gm`."""
     if _symbolic(example_inputs):
         logger.info("torch_fl: a graph with symbolic shapes runs as eager FX code (the graph path replays "
-                    "fixed layouts; README \"Graph path\")")
+                    "fixed layouts; docs/users/graph-path.md)")
         runner = gm
     else:
         runner = LaunchList(gm, process.start().launcher)
@@ -51,8 +52,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list):
         inputs = tuple(args)
         args.clear()
         return runner(*inputs)
-    run._boxed_call = True
-    return run
+    entry = leaves_runtime(run)     # a replay's error leaves no tensor in the runtime's frames
+    entry._boxed_call = True
+    return entry
 
 
 def graph_summary() -> list[dict]:

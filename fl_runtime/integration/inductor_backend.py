@@ -1,4 +1,4 @@
-"""Inductor's backend for fl: every op of an fl graph an ATen call (README, "torch.compile").
+"""Inductor's backend for fl: every op of an fl graph an ATen call (docs/users/compile.md).
 
 Inductor generates kernels in Triton (GPUs) or C++ (CPUs); a vendor chip would
 need code generation in its own language, and the ABI (fl_abi.h) has no entry
@@ -98,7 +98,7 @@ class FLScheduling(BaseScheduling):
         restore_fusion()
         raise FLCompileError(
             f"Inductor generated a kernel for fl ({node.get_name()}: {node.node}), but fl runs every op "
-            "of a compiled graph as an ATen call (README, \"torch.compile\"); please report it, and use "
+            "of a compiled graph as an ATen call (docs/users/compile.md); please report it, and use "
             "torch.compile(backend='aot_eager') meanwhile")
 
     def codegen_template(self, template_node, epilogue_nodes, prologue_nodes=None, *args, **kwargs) -> None:

@@ -43,9 +43,18 @@ def _describe(obj) -> str:
     return f"an fl storage ({obj.device})"
 
 
+def _device_type(obj) -> str:
+    # TypedStorage.device warns that TypedStorage is deprecated: a DataLoader worker sending
+    # CPU batches would print that warning once fl is installed (PyTorch's reducer reads the
+    # untyped storage too, silently)
+    if isinstance(obj, torch.TypedStorage):
+        obj = obj._untyped_storage
+    return obj.device.type
+
+
 def _guarded(original):
     def reduce(obj):
-        if obj.device.type != DEVICE_TYPE:
+        if _device_type(obj) != DEVICE_TYPE:
             return original(obj)
         what = _describe(obj)
         if threading.current_thread().name != _FEEDER_THREAD:

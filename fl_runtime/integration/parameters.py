@@ -1,4 +1,4 @@
-"""Parameters keep their identity when a module moves to or from fl (README "Models and modules").
+"""Parameters keep their identity when a module moves to or from fl (docs/users/models.md).
 
 `nn.Module._apply` (behind `.to`, `.cpu`, `.fl`, `.double` ...) keeps a
 Parameter object when the converted tensor has a "compatible shallow-copy

@@ -1,4 +1,4 @@
-"""torch.save / torch.load of fl tensors (README "Device API").
+"""torch.save / torch.load of fl tensors (docs/users/devices.md).
 
 Saving needs nothing special: PyTorch copies each storage to the host and tags
 it with its location ("fl:1").  Loading and `storage.to("fl:N")` are another

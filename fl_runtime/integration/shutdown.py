@@ -1,6 +1,6 @@
 """Process exit: the order in which Torch-FL lets go of its devices.
 
-Root cause of the crash this module prevents (README "Status and known limits"):
+Root cause of the crash this module prevents (docs/users/limits.md):
 a script that ended holding fl tensors in module globals died at exit with
 SIGSEGV or SIGILL.  During `Py_FinalizeEx`, `finalize_modules` drops the modules
 and lets the garbage collector clear what they held, in no particular order.

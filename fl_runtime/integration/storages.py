@@ -43,8 +43,10 @@ def new_fl_storage(rt, device: torch.device, data: int | Sequence[int] = 0) -> t
     return host.to(torch.device(DEVICE_TYPE, index)).untyped_storage()
 
 
-def install(rt) -> None:
-    """Route `torch.UntypedStorage(..., device="fl")` to new_fl_storage (once per process)."""
+def install(rt, resizable: bool = False) -> None:
+    """Route `torch.UntypedStorage(..., device="fl")` to new_fl_storage (once per process).
+    `resizable`: the native bridge resizes fl storages (its PrivateUse1 hooks); without it,
+    UntypedStorage.resize_ on fl raises UnsupportedOpError saying what to do instead."""
     if _installed:
         return
     base_new = torch._C.StorageBase.__new__
@@ -60,13 +62,15 @@ def install(rt) -> None:
         return new_fl_storage(rt, target, args[0] if args else 0)
 
     torch.UntypedStorage.__new__ = staticmethod(__new__)
-    torch.UntypedStorage.resize_ = _refuse_fl_resize(torch.UntypedStorage.resize_)
+    if not resizable:
+        torch.UntypedStorage.resize_ = _refuse_fl_resize(torch.UntypedStorage.resize_)
     _installed.append(base_new)
 
 
 def _refuse_fl_resize(original):
-    """PyTorch resizes a storage through the device's C++ allocator, which a Python backend
-    cannot register (it raises a message about PrivateUse1HooksInterface): say what to do."""
+    """PyTorch resizes an fl storage through the PrivateUse1 hooks, which only C++ can register
+    (the native bridge does; without it PyTorch raises about PrivateUse1HooksInterface): say what
+    to do."""
     def resize_(self, size):
         if self.device.type == DEVICE_TYPE:
             raise UnsupportedOpError("UntypedStorage.resize_", str(self.device),

@@ -1,5 +1,5 @@
 """torch.compile on fl: dynamo's device interface, Inductor's backend for fl, and the
-graph path's backend="fl" (README, "torch.compile" and "Graph path").
+graph path's backend="fl" (docs/users/compile.md and docs/users/graph-path.md).
 
 Each registers lazily, right after PyTorch imports the module it plugs into
 (`torch._dynamo.device_interface`, `torch._inductor.compile_fx`, dynamo's backend

@@ -12,7 +12,7 @@
  *       that does not return FL_SUCCESS and returns its position and status.
  *
  * Why C.  Per launch the Python loop spends ~1.5 us writing a few pairs and crossing cffi
- * (README "Graph path"); here a launch costs the vendor's launch_kernel and a few stores.
+ * (docs/users/graph-path.md); here a launch costs the vendor's launch_kernel and a few stores.
  * The interpreter lock is released for the whole segment: a vendor's launch may block on a
  * full queue, and every byte written belongs to this thread's plan (launch_list.py: a plan's
  * arenas are per thread).

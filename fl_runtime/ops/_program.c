@@ -11,8 +11,8 @@
  *
  * Why C.  Both are a handful of Python operations per tensor, but each costs a frame, a map,
  * a tuple or a struct call around the few torch getters that do the work; a tiny op paid ~1.2 us
- * for its key and ~1.6 us for its replay (README "Compiled helpers"; BENCHMARKS.md, "Compiled
- * helpers").
+ * for its key and ~1.6 us for its replay (docs/contributors/compiled-helpers.md; docs/benchmarks/index.md
+ * "Where a tiny op's time goes").
  *
  * No torch headers: tensors are read through their Python methods (shape, stride(), dtype,
  * get_device(), data_ptr(), storage_offset()), exactly what the Python code calls.  A tensor is

@@ -1,8 +1,8 @@
 """Which path each op call took: the always-on counters, and the seam a profile plugs into.
 
 Paths: "native" (a vendor kernel), "generic" (PyTorch's decomposition into
-vendor kernels), "cpu" (PyTorch's CPU kernel on copies); see the README's
-"Fallbacks, profiling and coverage".  Counting appends the (op, path) key to a
+vendor kernels), "cpu" (PyTorch's CPU kernel on copies); see
+docs/users/profiling.md "Where an op runs".  Counting appends the (op, path) key to a
 list (one atomic operation in CPython, no lock on the hot path); the list is
 folded into the counter under a lock when it grows long and whenever counts
 are read.  Timing is the profiler's (fl_runtime.tools):
@@ -82,8 +82,8 @@ def set_active(profile) -> object:
     return previous
 
 
-# The launcher's phases, in the order a launch goes through them (README "Status and
-# known limits": where an op's host time goes); "fallback" is a call the chain ran,
+# The launcher's phases, in the order a launch goes through them (docs/users/limits.md
+# "Speed": where an op's host time goes); "fallback" is a call the chain ran,
 # less the native launches it made (those count in their own phases).
 PHASE_NAMES = ("normalize", "layout", "allocate", "marshal", "order", "launch", "fallback")
 

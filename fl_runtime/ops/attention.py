@@ -6,7 +6,7 @@ PyTorch lets a PrivateUse1 backend offer its own attention through
 (and autograd its `_backward`).  But ATen asks for the choice through a C++
 DispatchStub (`_fused_sdp_choice_stub`), which only a C++ backend can fill, so
 from Python the hook is never reached: the stub reports PrivateUse1 unsupported
-and the math path always runs (README, "Fused attention").
+and the math path always runs (docs/users/attention.md).
 
 So this module registers, for fl:
 - `_fused_sdp_choice`: OVERRIDEABLE when the device's plugin has kernels for both

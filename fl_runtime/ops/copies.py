@@ -1,7 +1,7 @@
 """copy_ for fl tensors: host<->fl, fl:i->fl:j in one plugin, and across plugins.
 
 Every copy is ordered after the pending writes on the streams that produced
-its source (README "Device API"): the runtime tracks the last writer stream per block.
+its source (docs/users/devices.md): the runtime tracks the last writer stream per block.
 A copy from the host must not read the caller's buffer after copy_ returns (it may
 change at once): a small one (up to STAGE_BYTES) is staged in a host copy the runtime
 owns and enqueued without waiting, its staging buffer kept until the device has read
@@ -25,7 +25,9 @@ from fl_runtime.ops import accounting
 STAGE_BYTES = 1 << 16
 
 
-def register(library: torch.library.Library, rt) -> None:
+def register(library: torch.library.Library, rt, pinned_memory: bool = False) -> None:
+    """The runtime's copy kernels; `pinned_memory`: PyTorch has a pinned host allocator for fl
+    (the native bridge), so its own _pin_memory stays (else _pin_memory below answers)."""
     def copy_(self, src, non_blocking=False):
         if self.numel() == 0:
             return self
@@ -43,7 +45,8 @@ def register(library: torch.library.Library, rt) -> None:
 
     library.impl("copy_", copy_, "PrivateUse1")
     library.impl("_to_copy", _to_copy, "PrivateUse1")
-    library.impl("_pin_memory", _pin_memory, "CPU")
+    if not pinned_memory:
+        library.impl("_pin_memory", _pin_memory, "CPU")
 
 
 def _to_copy(self: torch.Tensor, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,

@@ -10,7 +10,10 @@ from fl_runtime.devices.storage import contiguous_strides, storage_nbytes
 _CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
 
-def register(library: torch.library.Library, rt) -> None:
+def register(library: torch.library.Library, rt, resizable_storage: bool = False) -> None:
+    """`resizable_storage`: fl storages resize in place (the native bridge's PrivateUse1 hooks),
+    so a tensor grows its own storage as on the CPU and views made before still share it;
+    without it a growing tensor moves to a new storage (docs/users/native-bridge.md)."""
     def device_index(device) -> int:
         index = rt.current_device() if device is None or device.index is None else device.index
         rt.device(index)   # raises DeviceNotFoundError naming what exists
@@ -38,7 +41,9 @@ def register(library: torch.library.Library, rt) -> None:
         size = tuple(size)
         stride = tuple(contiguous_strides(size))
         needed = storage_nbytes(size, stride, self.element_size()) + self.storage_offset() * self.element_size()
-        if needed > self.untyped_storage().nbytes():
+        if needed > self.untyped_storage().nbytes() and resizable_storage:
+            self.untyped_storage().resize_(needed)
+        elif needed > self.untyped_storage().nbytes():
             bigger = rt.new_tensor(self.device.index, (needed // self.element_size(),), (1,), self.dtype,
                                    rt.streams.current(self.device.index))
             old = self.numel()

@@ -1,6 +1,6 @@
 """Foreach ops (tensor lists) on the plugin's list kernels: one launch per list.
 
-torch.optim's foreach paths (the default on fl, as on CUDA: README "Optimizers")
+torch.optim's foreach paths (the default on fl, as on CUDA: docs/users/optimizers.md)
 call tensor-list ops.  As CUDA does (ATen's can_use_fast_route), a call takes the
 list kernel only when every tensor is on one device with one dtype and entry k of
 each list has one shape; anything else runs PyTorch's per-tensor loop, on fl's

@@ -1,4 +1,4 @@
-"""Deciding a recorded graph's run: which values are tensors, where the others live (README "Graph path").
+"""Deciding a recorded graph's run: which values are tensors, where the others live (docs/users/graph-path.md).
 
 From a Record (graph_record.py), a `Plan` decides:
 - which values a run needs as tensors: the graph's outputs, what Python steps read, and
@@ -66,7 +66,7 @@ class Plan:
         self.no_addresses = bytes(16 * self.addresses)
         written = {val.root for step in self.launches for val in step.writes}
         # inputs (and constants) launches write: marked as written by the run's stream when
-        # other streams are in use (launch_list.run_plan; README "Device API")
+        # other streams are in use (launch_list.run_plan; docs/users/devices.md)
         self.written_slots = [record.vals[n].slot for n in record.inputs
                               if isinstance(record.vals[n], Val) and record.vals[n].root in written]
         self.order = steps                        # launches and Python steps, in graph order

@@ -1,4 +1,4 @@
-"""Recording a graph's eager run: what each node of an ATen graph did (README "Graph path").
+"""Recording a graph's eager run: what each node of an ATen graph did (docs/users/graph-path.md).
 
 The graph path's first call of a graph on a thread runs it eagerly, through PyTorch, node
 by node, under a TorchDispatchMode that sees the ATen calls each node makes as its

@@ -1,4 +1,4 @@
-"""A captured graph's launches, decided once and replayed: the graph path (README "Graph path").
+"""A captured graph's launches, decided once and replayed: the graph path (docs/users/graph-path.md).
 
 torch.compile(model, backend="fl") hands each graph of ATen ops (AOTAutograd's, through
 integration/graph_backend.py) to a `LaunchList`.  Its first call on a thread runs the
@@ -25,7 +25,7 @@ be known in advance is checked per run, and a mismatch runs the graph eagerly in
 a profile or phase timing (they report per op), autocast, a kernel table that changed.
 With a second stream in use, a run orders itself once: its stream waits for the other
 streams' pending writes to its inputs, and the inputs its launches write are marked as
-written by it (the eager path does the same per op; README "Device API").  A layout a Python step
+written by it (the eager path does the same per op; docs/users/devices.md).  A layout a Python step
 returns is compared with the record before a launch reads it (GraphReplayError otherwise,
 never a launch over the wrong layout).
 
@@ -57,6 +57,15 @@ _is_autocast_enabled = torch.is_autocast_enabled
 LAUNCH_TYPE = dict(ffi.typeof("fl_api").fields)["launch_kernel"].type     # the header's, via cffi
 
 
+class _ThreadRecord:
+    """One thread's plans of a graph (input signature -> Plan or None) and its eager runs."""
+    __slots__ = ("plans", "eager_runs")
+
+    def __init__(self) -> None:
+        self.plans: dict = {}
+        self.eager_runs = 0
+
+
 class LaunchList:
     """A graph of ATen ops, run by replaying its recorded launches (see the module doc).
     Called with the graph's inputs, returns its outputs, as `gm(*inputs)` would."""
@@ -68,6 +77,10 @@ class LaunchList:
         self.eager_only = False          # set after a GraphReplayError: the graph runs eagerly
         self.why_eager: dict = {}        # input signature -> why it has no plan (diagnostics)
         self._local = threading.local()  # per thread: input signature -> Plan or None
+        # every thread's plans and eager-run counts, for summary(): with the native bridge the
+        # autograd engine runs backward graphs on its own device threads
+        self._threads: list[_ThreadRecord] = []
+        self._threads_lock = threading.Lock()
 
     def __call__(self, *inputs):
         rt = self.rt
@@ -93,7 +106,7 @@ class LaunchList:
             raise
 
     def _eager(self, inputs: tuple):
-        self._local.eager_runs = getattr(self._local, "eager_runs", 0) + 1
+        self._thread().eager_runs += 1
         return self.gm(*inputs)
 
     def plans(self) -> list:
@@ -101,21 +114,28 @@ class LaunchList:
         return [plan for plan in self._plans().values() if plan is not None]
 
     def summary(self) -> dict:
-        """What this graph did on the calling thread: its plans' steps and replays, the calls
-        it ran eagerly and why a signature has no plan (README "Graph path")."""
-        plans = self.plans()
+        """What this graph did on every thread that ran it: its plans' steps and replays, the
+        calls it ran eagerly and why a signature has no plan (docs/users/graph-path.md)."""
+        with self._threads_lock:
+            threads = list(self._threads)
+        plans = [plan for record in threads for plan in list(record.plans.values()) if plan is not None]
         return {"nodes": len(self.gm.graph.nodes),
                 "plans": [{"launches": len(plan.launches),
                            "python_steps": sum(isinstance(s, PythonStep) for s in plan.order),
                            "workspace_bytes": plan.workspace, "replays": plan.runs} for plan in plans],
-                "eager_runs": getattr(self._local, "eager_runs", 0), "eager_only": self.eager_only,
+                "eager_runs": sum(record.eager_runs for record in threads), "eager_only": self.eager_only,
                 "why_no_plan": sorted(set(self.why_eager.values()))}
 
+    def _thread(self) -> _ThreadRecord:
+        record = getattr(self._local, "record", None)
+        if record is None:
+            record = self._local.record = _ThreadRecord()
+            with self._threads_lock:
+                self._threads.append(record)
+        return record
+
     def _plans(self) -> dict:
-        plans = getattr(self._local, "plans", None)
-        if plans is None:
-            plans = self._local.plans = {}
-        return plans
+        return self._thread().plans
 
     def _record(self, key, inputs: tuple):
         record = Record(self.gm, self.launcher)
@@ -131,7 +151,7 @@ class LaunchList:
             plan = Plan(record, output_node)
         except NotPlannable as exc:
             self.why_eager[key] = str(exc)
-            logger.info("torch_fl: a compiled graph of %d nodes runs eagerly: %s (README \"Graph path\")",
+            logger.info("torch_fl: a compiled graph of %d nodes runs eagerly: %s (docs/users/graph-path.md)",
                         len(self.gm.graph.nodes), exc)
             plan = None
         for val in record.vals.values():

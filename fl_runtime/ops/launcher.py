@@ -20,10 +20,11 @@ from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.devices.registry import DeviceInfo
 from fl_runtime.devices.storage import held_past_unwinding as _held_inputs
-from fl_runtime.devices.storage import hold_past_unwinding, release_held, wrap_block
+from fl_runtime.devices.storage import release_held, wrap_block
 from fl_runtime.devices.streams import Event
 from fl_runtime.errors import FLOutOfMemoryError, VendorError
 from fl_runtime.ops import accounting, fast_path
+from fl_runtime.ops.boundary import leave_runtime
 from fl_runtime.ops.copies import resolve_conj_on_device
 from fl_runtime.ops.fallback.chain import FallbackChain, mixed_devices_error
 from fl_runtime.ops.marshal import MarshalError, marshal, replay
@@ -130,7 +131,7 @@ class Launcher:
         implements itself, e.g. copy_, which call launch() for their device part).
         Returns the names PyTorch does not know.  An op's plan is compiled at its first
         call, not here: most of a program's ~230 ops never run, and compiling them all
-        cost every start-up ~6 ms (BENCHMARKS.md, "import")."""
+        cost every start-up ~6 ms (docs/benchmarks/index.md "Start-up")."""
         unknown = []
         for name in sorted(op_names - skip):
             if not aten_op_exists(name):
@@ -211,8 +212,8 @@ class Launcher:
                 if program is not None:
                     return run(name, plan, spec_cache, program, args, kwargs)
                 return launch(name, plan, spec_cache, args, kwargs, programs, key)
-            except BaseException as exc:
-                _outlive_unwinding(exc, args, kwargs)
+            except BaseException as exc:      # ops.boundary, inline: this is the hot path
+                leave_runtime(exc, (args, kwargs))
                 del args, kwargs, exc
                 raise
         kernel.__name__ = f"fl_{name.replace('.', '_')}"
@@ -501,23 +502,6 @@ def _resizes_an_out(plan: OpPlan, values: list, specs) -> bool:
                for alias, spec, is_out in zip(plan.returns_alias, specs, plan.out_returns))
 
 
-def _outlive_unwinding(exc: BaseException, args: tuple, kwargs: dict) -> None:
-    """A failed op's inputs may include temporaries only the caller's expression holds
-    (`(a @ a) @ a`).  Left to the traceback, they would live as long as the exception
-    (a REPL keeps the last one); left to the interpreter, they would die while it
-    unwinds, with the exception pending, and the user would get SystemError in place
-    of it (README "Status and known limits").  So they are held until the next op or
-    memory query, and the finished runtime frames in the traceback drop their locals."""
-    hold_past_unwinding((args, kwargs))
-    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None   # skip kernel()'s own frame
-    while tb is not None:
-        try:
-            tb.tb_frame.clear()
-        except RuntimeError:    # still executing: an exception raised earlier and re-raised here
-            pass
-        tb = tb.tb_next
-
-
 def _result(outputs: list):
     """What the PyTorch kernel returns: the output, a tuple of them, or None for an op
     that returns nothing (`-> ()`: the in-place tensor-list ops such as _fused_adamw_
@@ -531,8 +515,8 @@ def _drop(outputs: list) -> None:
     """Let go of the outputs a failed launch allocated, now, while the exception is being
     handled.  Otherwise the traceback's frames would keep them - for as long as the caller
     keeps the exception (a REPL keeps the last one) - and if they died later while Python
-    was unwinding, their deleter would run with an exception pending (README "Status and
-    known limits")."""
+    was unwinding, their deleter would run with an exception pending (docs/users/limits.md
+    "Errors and memory")."""
     outputs.clear()
 
 

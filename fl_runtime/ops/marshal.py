@@ -23,6 +23,7 @@ from fl_runtime.abi import convention as cv
 from fl_runtime.abi.convention import (ARG_FLOAT, ARG_SIZE, BASE_AND_OFFSET, BASE_OFFSET, INT64S, TAG_GENERATOR,
                                        TAG_INT_LIST, TAG_SCALAR_LIST, TAG_VALUE, Arena, ArenaFull)
 from fl_runtime.abi import ARG_FLOAT as _KIND_FLOAT
+from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.ops.schema import OpPlan
 
 MarshalError = cv.EncodeError      # a value the ABI cannot carry (the launcher falls back)
@@ -112,7 +113,8 @@ class Template:
 def marshal(plan: OpPlan, values: list, outputs: list, take_rng, entry) -> tuple:
     """Build the fl_arg array for one launch: schema args, then outputs.
 
-    take_rng(numel) gives the (seed, offset) pair for a Generator argument;
+    take_rng(numel, generator) gives the (seed, offset) pair for a Generator argument (the
+    device's default generator for None, else the explicit fl generator passed);
     `entry` is the signature's cache entry (its .template is read and set here).
     Returns (pointer to the args, count); valid until the next marshal on this thread.
     """
@@ -120,7 +122,7 @@ def marshal(plan: OpPlan, values: list, outputs: list, take_rng, entry) -> tuple
     if count > Arena.ARGS:
         raise MarshalError(f"{plan.name}: {count} arguments exceed the {Arena.ARGS} a call can carry")
     if plan.has_generator:
-        _refuse_explicit_generator(plan, values)     # before a template could replay the device's stream
+        _refuse_foreign_generator(plan, values)      # before a template could replay the device's stream
     arena = _arena()
     template = entry.template
     if template is not None and template.arena is arena:
@@ -136,15 +138,16 @@ def marshal(plan: OpPlan, values: list, outputs: list, take_rng, entry) -> tuple
             arena = _arena(arena.size * 4)
 
 
-def _refuse_explicit_generator(plan: OpPlan, values: list) -> None:
-    """PyTorch 2.13 makes device generators only through C++ hooks, so an explicit one is
-    a CPU generator: the launcher's CPU fallback runs the op with it, so its seed governs
-    the values (README "Status and known limits").  Checked on every launch: a template
-    recorded without a generator would otherwise draw from the device's stream instead."""
+def _refuse_foreign_generator(plan: OpPlan, values: list) -> None:
+    """An explicit generator that is not an fl one (a CPU generator; on the Python route the
+    only kind, as PyTorch makes device generators only through C++ hooks): the launcher's CPU
+    fallback runs the op with it, so its seed governs the values (docs/users/limits.md
+    "Tensors and devices").  Checked on every launch: a template recorded without a generator would
+    otherwise draw from the device's stream instead."""
     for spec, value in zip(plan.args, values):
-        if spec.tag == TAG_GENERATOR and value is not None:
-            raise MarshalError("an explicit torch.Generator is a CPU generator (PyTorch cannot make fl "
-                               "ones); the op runs on the CPU with it, as its seed asks")
+        if spec.tag == TAG_GENERATOR and value is not None and value.device.type != DEVICE_TYPE:
+            raise MarshalError(f"an explicit {value.device.type} torch.Generator draws on its own device; "
+                               "the op runs there with it, as its seed asks")
 
 
 def replay(plan: OpPlan, values: list, outputs: list, entry) -> tuple:
@@ -205,7 +208,7 @@ def _replay_sites(sites: tuple, arena: Arena, values: list, outputs: list, take_
             struct.pack_into(f"={len(scalars)}d", mem, at, *map(cv.scalar_as_double, scalars))
         else:
             numel = sum(o.numel() for o in outputs if o is not None)
-            INT64S[2].pack_into(mem, at, *take_rng(numel))
+            INT64S[2].pack_into(mem, at, *take_rng(numel, values[i]))
 
 
 def fill(arena: Arena, plan: OpPlan, values: list, outputs: list, take_rng, sites: list) -> None:
@@ -214,7 +217,7 @@ def fill(arena: Arena, plan: OpPlan, values: list, outputs: list, take_rng, site
     for i, (spec, value) in enumerate(zip(plan.args, values)):
         if spec.tag == TAG_GENERATOR:
             numel = sum(o.numel() for o in outputs if o is not None)
-            at = cv.put_list(arena, slot, TAG_INT_LIST, take_rng(numel))
+            at = cv.put_list(arena, slot, TAG_INT_LIST, take_rng(numel, value))
             sites.append((SITE_RNG, at, i, 0))
         else:
             _value(arena, slot, spec.tag, value, sites, i)

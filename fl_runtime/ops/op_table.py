@@ -1,4 +1,4 @@
-"""The op table (see the README's "Fallbacks, profiling and coverage"): built once
+"""The op table (see docs/users/profiling.md "Where an op runs"): built once
 at start-up from every device's kernel table; per call, one dict lookup.
 
 Variants: when a vendor offers a precise and a fast kernel for an op, the

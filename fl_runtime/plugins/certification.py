@@ -16,7 +16,7 @@ whether the running stack is that one); one without it is still valid.  Signing 
 fl_sdk.certify; this module must stay usable without the private key.
 `cryptography` and `packaging` are imported when a certificate or key is read: a
 start-up with uncertified plugins (the default policy) never needs them, and every
-start-up pays for its imports (BENCHMARKS.md, "import").
+start-up pays for its imports (docs/benchmarks/index.md "Start-up").
 """
 from __future__ import annotations
 
@@ -235,7 +235,8 @@ def _version_problem(payload: Mapping[str, Any]) -> tuple[str, str] | None:
         return TORCH_MISMATCH, (f"issued for torch {', '.join(minors) or '(none recorded)'} (its cert runs used "
                                 f"torch {_run_versions(payload)}), torch {torch_now} "
                                 "is installed: extend the certificate to this torch (`fl-sdk certify PLUGIN "
-                                "--key KEY --add-torch PYTHON`, README \"Supported PyTorch versions\")")
+                                "--key KEY --add-torch PYTHON`, "
+                                "docs/vendors/certify.md)")
     suite_now = installed_suite_version()
     if not _same_series(payload.get("suite_version"), suite_now):
         return SUITE_MISMATCH, (f"issued by conformance suite {payload.get('suite_version')}, this Torch-FL "

@@ -5,7 +5,7 @@ written by `fl-sdk build` from plugin.yaml's `driver:` key), not through the ABI
 a minimum and, optionally, versions known to be broken.  Versions compare as PEP 440
 (`packaging.version`), so "1.10" > "1.9" and "1.0" == "1.0.0".  A device whose
 driver falls outside is left out at start-up unless the config's
-`drivers.allow_unsupported` keeps it (README, "The config file").
+`drivers.allow_unsupported` keeps it (docs/operators/config.md).
 """
 from __future__ import annotations
 

@@ -1,7 +1,14 @@
-"""A plugin's optional feature sets (fl_abi.h, "EXTENSIONS", ABI 1.1): the chain behind fl_api.extension_start.
+"""A plugin's optional feature sets (fl_abi.h, "EXTENSIONS"): the chain behind fl_api.extension_start.
 
 A 1.0 table ends before `extension_start`, so its plugin offers none; a 1.1
-table may leave it NULL.  The chain is walked once per plugin and cached on it.
+table may leave it NULL.  The chain is walked once per plugin and each feature
+set read and cached on it:
+  - collectives (ABI 1.1, fl_collectives.h): `collectives_of(plugin)`; one too short
+    for `reach` (1.1), or with a value the header does not name, reaches the ranks of one
+    host only (fl_comm_reach);
+  - pinned host memory (ABI 1.2, fl_host_memory.h): `host_memory_of(plugin)`, also
+    `plugin.host_memory`: page-locked host blocks whose copies may run truly
+    asynchronously.
 """
 from __future__ import annotations
 
@@ -28,6 +35,12 @@ class Collectives:
     reduce_ops: int                # mask of (1 << fl_reduce_op)
     max_ranks: int
     offered: frozenset[str]        # the COLLECTIVE_CALLS whose pointer is set (and covered)
+    reach: int = abi.COMM_REACH_HOST   # fl_comm_reach (ABI 1.2)
+
+    @property
+    def crosses_hosts(self) -> bool:
+        """Whether one communicator may join ranks on different hosts (FL_COMM_REACH_ANY)."""
+        return self.reach == abi.COMM_REACH_ANY
 
     def takes(self, call: str, fl_dtype: int, op: int | None = None) -> bool:
         """Whether the plugin serves `call` on this dtype (and reduce op)."""
@@ -36,41 +49,104 @@ class Collectives:
         return op is None or bool((self.reduce_ops >> op) & 1)
 
 
+class HostMemory:
+    """A plugin's pinned host-memory extension (fl_host_memory.h): page-locked host blocks.
+
+    Copies between a block and the plugin's devices (memcpy_h2d_async / memcpy_d2h_async
+    with the host side inside one block) may run truly asynchronously: the caller keeps the
+    block alive and does not modify it until the stream has passed the copy.  Thread-safe
+    (the plugin's calls are)."""
+
+    def __init__(self, plugin, table) -> None:
+        self._plugin = plugin
+        self.table = table         # fl_host_memory_extension*
+
+    def alloc(self, device: int, size: int) -> int:
+        """A block of `size` bytes for copies with the plugin's device `device` (its own index,
+        DeviceInfo.local_index); its host address.  VendorError on failure: status
+        FL_ERROR_OUT_OF_MEMORY when the host cannot give it now, FL_ERROR_NOT_SUPPORTED from a
+        plugin whose extension is a skeleton (treat it as absent)."""
+        args = ffi.new("fl_host_alloc_args*", {"struct_size": ffi.sizeof("fl_host_alloc_args"), "device": device,
+                                               "size": size})
+        self._plugin.check(self.table.host_alloc(args), f"host_alloc(device={device}, size={size})")
+        return int(ffi.cast("uintptr_t", args.ptr))
+
+    def free(self, address: int) -> None:
+        """Give back a block alloc returned, once no copy still uses it.  VendorError
+        (FL_ERROR_INVALID_POINTER) for anything else."""
+        args = ffi.new("fl_host_free_args*", {"struct_size": ffi.sizeof("fl_host_free_args"),
+                                              "ptr": ffi.cast("void*", address)})
+        self._plugin.check(self.table.host_free(args), f"host_free(0x{address:x})")
+
+
 def collectives_of(plugin) -> Collectives | None:
     """The plugin's collectives, or None when it offers none (a 1.0 table, no such extension)."""
+    return _cached(plugin, "_fl_collectives", _read_collectives)
+
+
+def host_memory_of(plugin) -> HostMemory | None:
+    """The plugin's pinned host memory, or None when it offers none (a table before 1.2, or
+    no such extension: the runtime then stages copies through memory of its own)."""
+    return _cached(plugin, "_fl_host_memory", _read_host_memory)
+
+
+def _cached(plugin, attribute: str, read):
     with _lock:
-        if not hasattr(plugin, "_fl_collectives"):
-            plugin._fl_collectives = _read_collectives(plugin)
-        return plugin._fl_collectives
+        if not hasattr(plugin, attribute):
+            setattr(plugin, attribute, read(plugin))
+        return getattr(plugin, attribute)
 
 
-def _read_collectives(plugin) -> Collectives | None:
+def _entry(plugin, extension_type: int):
+    """The first extension of `extension_type` on the plugin's chain, or NULL."""
     api = plugin.api
     if not abi.struct_covers(api, "fl_api", "extension_start") or api.extension_start == ffi.NULL:
-        return None
+        return ffi.NULL
     entry = api.extension_start
     for _ in range(_MAX_CHAIN):
-        if entry == ffi.NULL:
-            return None
-        if entry.type == abi.EXTENSION_COLLECTIVES:
-            return _collectives(plugin, ffi.cast("const fl_collectives_extension*", entry))
+        if entry == ffi.NULL or entry.type == extension_type:
+            return entry
         entry = entry.next
     raise PluginLoadError(plugin.name, f"its extension chain is longer than {_MAX_CHAIN} entries (a loop?): "
                           "fix the plugin's fl_api.extension_start")
 
 
-def _covers(ext, field: str) -> bool:
-    offset = ffi.offsetof("fl_collectives_extension", field)
-    return ext.base.struct_size >= offset + ffi.sizeof(ffi.typeof(getattr(ext, field)))
+def _covers(ext, type_name: str, field: str) -> bool:
+    layout = dict(ffi.typeof(type_name).fields)[field]
+    return ext.base.struct_size >= layout.offset + ffi.sizeof(layout.type)
 
 
-def _collectives(plugin, ext) -> Collectives | None:
-    if not _covers(ext, "comm_destroy"):
+def _read_collectives(plugin) -> Collectives | None:
+    entry = _entry(plugin, abi.EXTENSION_COLLECTIVES)
+    if entry == ffi.NULL:
+        return None
+    ext = ffi.cast("const fl_collectives_extension*", entry)
+    if not _covers(ext, "fl_collectives_extension", "comm_destroy"):
         raise PluginLoadError(plugin.name, f"its collectives extension is {ext.base.struct_size} bytes, too short "
-                              "for the comm_* functions fl_abi.h requires of it")
+                              "for the comm_* functions fl_collectives.h requires of it")
     missing = [name for name in _REQUIRED if getattr(ext, name) == ffi.NULL]
     if missing:
         raise PluginLoadError(plugin.name, f"its collectives extension has {', '.join(missing)} = NULL; "
-                              "fl_abi.h requires them whenever the extension is present")
-    offered = frozenset(name for name in COLLECTIVE_CALLS if _covers(ext, name) and getattr(ext, name) != ffi.NULL)
-    return Collectives(ext, int(ext.dtypes), int(ext.reduce_ops), int(ext.max_ranks), offered)
+                              "fl_collectives.h requires them whenever the extension is present")
+    offered = frozenset(name for name in COLLECTIVE_CALLS
+                        if _covers(ext, "fl_collectives_extension", name) and getattr(ext, name) != ffi.NULL)
+    return Collectives(ext, int(ext.dtypes), int(ext.reduce_ops), int(ext.max_ranks), offered, _reach(ext))
+
+
+def _reach(ext) -> int:
+    """fl_comm_reach: what the plugin declares, FL_COMM_REACH_HOST when it declares nothing we know."""
+    if _covers(ext, "fl_collectives_extension", "reach") and int(ext.reach) == abi.COMM_REACH_ANY:
+        return abi.COMM_REACH_ANY
+    return abi.COMM_REACH_HOST
+
+
+def _read_host_memory(plugin) -> HostMemory | None:
+    entry = _entry(plugin, abi.EXTENSION_HOST_MEMORY)
+    if entry == ffi.NULL:
+        return None
+    ext = ffi.cast("const fl_host_memory_extension*", entry)
+    if not _covers(ext, "fl_host_memory_extension", "host_free") or ext.host_alloc == ffi.NULL \
+            or ext.host_free == ffi.NULL:
+        raise PluginLoadError(plugin.name, f"its host-memory extension ({ext.base.struct_size} bytes) lacks "
+                              "host_alloc or host_free; fl_host_memory.h requires both whenever it is present")
+    return HostMemory(plugin, ext)

@@ -27,6 +27,7 @@ from fl_runtime.errors import (
 from fl_runtime.logs import logger
 from fl_runtime.plugins import probe, table_checks
 from fl_runtime.plugins.certification import CertificationPolicy, CertificationStatus
+from fl_runtime.plugins.extensions import HostMemory, host_memory_of
 from fl_runtime.plugins.metadata import (
     PluginMetadata,
     PluginMetadataError,
@@ -69,6 +70,8 @@ class Plugin:
         self.driver_versions: dict[str, str] = {}
         self.lib = lib          # keeps the library mapped for the process lifetime
         self.dependencies: list = []    # $ORIGIN dependencies preloaded for it (plugins.pinned)
+        # Why it is not mapped under its real path ("" when it is; plugins.pinned, load_pinned)
+        self.location_note = ""
         self.api = api
         info = api.info
         self.name = _string(info.plugin_name) or source.name
@@ -76,6 +79,20 @@ class Plugin:
         self.device_type = _string(info.device_type) or self.name
         self.version = _string(info.plugin_version)
         self.abi_version = (api.abi_version.major, api.abi_version.minor)
+
+    @property
+    def host_memory(self) -> HostMemory | None:
+        """The plugin's pinned host memory (plugins.extensions.HostMemory: alloc(device, size) ->
+        address, free(address)), or None when it offers none (fl_host_memory.h, ABI 1.2)."""
+        return host_memory_of(self)
+
+    def teardown(self) -> None:
+        """Pair the loader's plugin_initialize (fl_abi.h "LIFECYCLE"): for a client done with the
+        plugin, which then makes no other call into it.  Not called at process exit: tensors may
+        still be alive then, and the process takes the plugin's memory with it."""
+        status = table_checks.teardown(ffi, self.api)
+        if status is not None:
+            self.check(status, "plugin_teardown")
 
     def check(self, status: int, call: str) -> None:
         """Raise VendorError for a non-success status, with the plugin's own message."""
@@ -157,7 +174,7 @@ def load_plugin(source: PluginSource, policy: CertificationPolicy | None = None,
         if probe.probing_enabled(probe_plugins) if probe_plugins is not None else _probe_in_effect():
             _probe(source, pinned)
         try:
-            # The bytes hashed (and probed) above, never the path again (README "Certifying a plugin").
+            # The bytes hashed (and probed) above, never the path again (docs/operators/certificates.md).
             lib = load_pinned(pinned, ffi.dlopen)
         except OSError as exc:
             raise PluginLoadError(source.name, f"cannot load {source.path}: {exc}") from exc
@@ -169,14 +186,18 @@ def load_plugin(source: PluginSource, policy: CertificationPolicy | None = None,
     except abi.MISSING_SYMBOL:
         raise PluginLoadError(source.name, f"{source.path} does not export '{abi.ENTRY_SYMBOL}': "
                               "it is not a Torch-FL plugin") from None
-    plugin = Plugin(source, lib, _negotiate(source, get_api), certification, metadata)
+    if pinned.location_note:
+        logger.info("plugin '%s' is loaded as %s, not under its real path: %s", source.name, pinned.loaded_as,
+                    pinned.location_note)
+    plugin = Plugin(source, lib, _negotiate(source, get_api, pinned), certification, metadata)
     plugin.dependencies = pinned.dependencies
+    plugin.location_note = pinned.location_note
     return plugin
 
 
 def _probe(source: PluginSource, pinned: PinnedLibrary) -> None:
     """A crash in the plugin's constructor or entry point must not kill this process:
-    the same bytes run first in a child (README "Isolated probing")."""
+    the same bytes run first in a child (docs/operators/plugins.md "Isolated probing")."""
     verdict = probe.check_isolated(source.name, pinned)
     if verdict.outcome == probe.REFUSED:
         raise refusal_error(source.name, verdict.kind, verdict.message)
@@ -193,11 +214,14 @@ def _certify_before_load(source: PluginSource, policy: CertificationPolicy,
     return status
 
 
-def _negotiate(source: PluginSource, get_api):
+def _negotiate(source: PluginSource, get_api, pinned: PinnedLibrary):
+    """The negotiated table, initialised (ABI 1.2 plugins: plugin_initialize, once per load)."""
     try:
-        return table_checks.negotiate(ffi, _LEVELS, get_api)
+        api = table_checks.negotiate(ffi, _LEVELS, get_api)
+        table_checks.initialize(ffi, _LEVELS, api)
+        return api
     except TableRefusal as refusal:
-        raise refusal_error(source.name, refusal.kind, refusal.message) from None
+        raise refusal_error(source.name, refusal.kind, pinned.explain(refusal.message)) from None
 
 
 def refusal_error(plugin: str, kind: str, message: str) -> PluginLoadError:

@@ -1,5 +1,5 @@
 """Probe a plugin in a child process before it is loaded into the user's
-(README "Pointing Torch-FL at a plugin", "Isolated probing").
+(docs/operators/plugins.md "Isolated probing").
 
 A plugin that calls abort() or segfaults in its library constructor or in
 fl_plugin_get_api would take `import torch` down with it: no Python check runs
@@ -10,7 +10,8 @@ the loader's table checks and the device and kernel-table calls a start-up makes
 A crash, a hang or a refusal there becomes an error here, naming the library and
 the signal; the plugin is never loaded and the others keep working.
 
-The verdict is cached per (sha256 of the bytes, runtime version, ABI version) in
+The verdict is cached per (sha256 of the bytes, whether they load under their real
+path, runtime version, ABI version) in
 $XDG_CACHE_HOME/torch_fl/probe/ (~/.cache/torch_fl/probe/), so only the first
 start-up after a plugin changes pays for a child.  A hang is not cached: on a
 loaded machine a slow start is not a verdict on the bytes.  Switch: the config's
@@ -31,7 +32,7 @@ from pathlib import Path
 from fl_runtime import abi
 from fl_runtime.errors import PluginProbeError
 from fl_runtime.logs import logger
-from fl_runtime.plugins.pinned import PinnedLibrary
+from fl_runtime.plugins.pinned import PinnedLibrary, real_path_or_reason
 from fl_runtime.version import __version__
 
 PROBE_ENV = "TORCH_FL_PROBE_PLUGINS"
@@ -83,19 +84,28 @@ def cache_dir() -> Path:
     return Path(base) / "torch_fl" / "probe"
 
 
-def cache_path(sha256: str) -> Path:
-    return cache_dir() / f"{sha256}-{__version__}-abi{abi.ABI_MAJOR}.{abi.ABI_MINOR}.json"
+def cache_path(key: str) -> Path:
+    return cache_dir() / f"{key}-{__version__}-abi{abi.ABI_MAJOR}.{abi.ABI_MINOR}.json"
+
+
+def cache_key(pinned: PinnedLibrary) -> str:
+    """The bytes, and whether they load under their real path or not: a plugin that finds its
+    files beside itself behaves differently (docs/vendors/plugin-location.md), so a verdict
+    given through /proc/self/fd must not stand once the install's permissions allow the path."""
+    real, _ = real_path_or_reason(pinned)
+    return f"{pinned.sha256}-{'path' if real else 'fd'}"
 
 
 def verdict_for(pinned: PinnedLibrary) -> Verdict:
     """The cached verdict for these bytes, or a fresh probe's (cached when it is about the bytes)."""
-    cached = _read_cache(pinned.sha256)
+    key = cache_key(pinned)
+    cached = _read_cache(key)
     if cached is not None:
         logger.debug("probe verdict for %s from the cache: %s", pinned.path, cached.outcome)
         return cached
     verdict = run_probe(pinned, probe_timeout())
     if verdict.outcome in _CACHED:
-        _write_cache(pinned.sha256, verdict)
+        _write_cache(key, verdict)
     return verdict
 
 
@@ -172,9 +182,9 @@ def _tail(stderr: bytes | None) -> str:
     return (stderr or b"").decode(errors="replace")[-_STDERR_TAIL:]
 
 
-def _read_cache(sha256: str) -> Verdict | None:
+def _read_cache(key: str) -> Verdict | None:
     try:
-        doc = json.loads(cache_path(sha256).read_text())
+        doc = json.loads(cache_path(key).read_text())
         if doc.get("format") != _CACHE_FORMAT or doc.get("outcome") not in _CACHED:
             return None
         return Verdict(doc["outcome"], doc.get("kind", ""), doc.get("message", ""), doc.get("signal", ""))
@@ -182,10 +192,10 @@ def _read_cache(sha256: str) -> Verdict | None:
         return None       # absent, unreadable or damaged: probe again
 
 
-def _write_cache(sha256: str, verdict: Verdict) -> None:
+def _write_cache(key: str, verdict: Verdict) -> None:
     """Atomically (a temporary file renamed), so a concurrent start-up never reads half a verdict;
     a cache that cannot be written only costs the next start-up a probe."""
-    path = cache_path(sha256)
+    path = cache_path(key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -4,8 +4,9 @@
 
 Loads the library behind the inherited descriptor FD (the bytes the parent
 hashed and will load, fl_runtime.plugins.pinned), calls its entry point, runs the
-loader's table checks (fl_runtime.plugins.table_checks) and asks it for its
-devices, its device properties and its kernel table: the calls a start-up makes.
+loader's table checks (fl_runtime.plugins.table_checks), initialises it (ABI 1.2)
+and asks it for its devices, its device properties and its kernel table: the
+calls a start-up makes; then tears it down again.
 If the plugin aborts, segfaults or hangs in any of them, this process dies instead
 of the user's.  Prints one line, MARKER + JSON: {"outcome": "ok"}, {"outcome":
 "refused", "kind", "message"} or {"outcome": "unloadable", "message"} (dlopen or
@@ -59,8 +60,7 @@ def main(argv: list[str]) -> int:
     outofline = _load("outofline", os.path.join(abi_dir, "outofline.py"))
     checks = _load("table_checks", os.path.join(_PLUGINS, "table_checks.py"))
     pinned = _load("pinned", os.path.join(_PLUGINS, "pinned.py"))
-    with open(header_path, encoding="utf-8") as handle:
-        ffi = outofline.load_ffi(header.cdef_region(handle.read(), header_path), outofline.PACKAGED)
+    ffi = outofline.load_ffi(header.read_cdef(header_path), outofline.PACKAGED)
     levels = checks.AbiLevels.from_ffi(ffi, entry_symbol)
     library = pinned.PinnedLibrary(path, int(fd), sha256, int(size))
     try:
@@ -71,11 +71,13 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         api = checks.negotiate(ffi, levels, get_api)
+        checks.initialize(ffi, levels, api)
     except checks.TableRefusal as refusal:
-        _report({"outcome": "refused", "kind": refusal.kind, "message": refusal.message})
+        _report({"outcome": "refused", "kind": refusal.kind, "message": library.explain(refusal.message)})
         return 0
     checks.read_string(ffi, api.info.plugin_name)
     _exercise(ffi, api, checks, levels.success)
+    checks.teardown(ffi, api)
     _report({"outcome": "ok"})
     return 0
 

@@ -1,7 +1,7 @@
 """The stack a process runs: versions of torch, Torch-FL, Python, the OS, the ABI and
 every plugin (its version, library file and the driver its devices report).
 
-Two uses (README, "Upgrading safely"):
+Two uses (docs/operators/locks-and-upgrades.md):
 - a **lock**: `torch-fl lock` writes the running stack to a small JSON file;
   `torch-fl check FILE` and the config's `require_lock: FILE` compare it with
   the running one and name every difference (field, locked value, running value);

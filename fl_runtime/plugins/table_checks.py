@@ -68,8 +68,7 @@ def negotiate(ffi: Any, levels: AbiLevels, get_api: Callable) -> Any:
     status = get_api(requested, out)
     ours = f"{levels.major}.{levels.minor}"
     if status == levels.incompatible:
-        raise TableRefusal(ABI_REFUSAL, f"refuses ABI {ours}; it needs another Torch-FL release "
-                           "(see `torch-fl doctor`)")
+        raise TableRefusal(ABI_REFUSAL, f"refuses ABI {ours}; {_refusal_reason(ffi, levels, out[0])}")
     if status != levels.success or out[0] == ffi.NULL:
         raise TableRefusal(LOAD_REFUSAL, f"{levels.entry_symbol} failed with "
                            f"{levels.status_names.get(status, status)}")
@@ -84,6 +83,17 @@ def negotiate(ffi: Any, levels: AbiLevels, get_api: Callable) -> Any:
                            f"too short for ABI {major}.{minor}")
     validate_table(ffi, api)
     return api
+
+
+def _refusal_reason(ffi: Any, levels: AbiLevels, table: Any) -> str:
+    """Why a plugin refused this runtime's minor: its own message when it left its table in *out
+    (fl_abi.h "COMPATIBILITY PROMISE": only abi_version and last_error_message are read from it)."""
+    generic = "it needs another Torch-FL release (see `torch-fl doctor`)"
+    if table == ffi.NULL or table.abi_version.major != levels.major or table.last_error_message == ffi.NULL:
+        return generic
+    message = read_string(ffi, table.last_error_message())
+    version = f"{table.abi_version.major}.{table.abi_version.minor}"
+    return f"it speaks ABI {version}: {message}" if message else generic
 
 
 def validate_table(ffi: Any, api: Any) -> None:
@@ -102,6 +112,28 @@ def validate_table(ffi: Any, api: Any) -> None:
         if struct_covers(ffi, api, "fl_api", name) and getattr(api, name) == ffi.NULL:
             raise TableRefusal(LOAD_REFUSAL, f"its fl_api table has {name} = NULL; every function of "
                                "the ABI minor it speaks is required (fl_abi.h): fix the plugin")
+
+
+def initialize(ffi: Any, levels: AbiLevels, api: Any) -> None:
+    """plugin_initialize (fl_abi.h "LIFECYCLE", ABI 1.2) on a table that has it; a failure
+    refuses the plugin with its own message.  A table of an older minor ends before it."""
+    if not struct_covers(ffi, api, "fl_api", "plugin_initialize"):
+        return
+    args = ffi.new("fl_plugin_initialize_args*", {"struct_size": ffi.sizeof("fl_plugin_initialize_args"),
+                                                  "runtime_major": levels.major, "runtime_minor": levels.minor})
+    status = api.plugin_initialize(args)
+    if status != levels.success:
+        message = read_string(ffi, api.last_error_message())
+        raise TableRefusal(LOAD_REFUSAL, f"plugin_initialize failed with {levels.status_names.get(status, status)}: "
+                           f"{message or 'no message'}")
+
+
+def teardown(ffi: Any, api: Any) -> int | None:
+    """plugin_teardown, pairing one successful initialize (None: the table has no lifecycle)."""
+    if not struct_covers(ffi, api, "fl_api", "plugin_teardown"):
+        return None
+    return api.plugin_teardown(ffi.new("fl_plugin_teardown_args*",
+                                       {"struct_size": ffi.sizeof("fl_plugin_teardown_args")}))
 
 
 def function_fields(ffi: Any) -> list[str]:

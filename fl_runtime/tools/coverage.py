@@ -1,4 +1,4 @@
-"""Op coverage check (README "Fallbacks, profiling and coverage"): which ATen ops a model uses and where each would run.
+"""Op coverage check (docs/users/profiling.md): which ATen ops a model uses and where each would run.
 
 `torch_fl.coverage(model, example_inputs)` traces one training step (forward,
 a scalar loss, backward) with PyTorch's own tracer, `make_fx`, on fake

@@ -1,4 +1,4 @@
-"""The checks behind `torch-fl doctor` (README "Device API"), in the order one troubleshoots.
+"""The checks behind `torch-fl doctor` (docs/users/devices.md), in the order one troubleshoots.
 
 1. plugins found      (entry points, TORCH_FL_PLUGINS, config `plugins:`)
 2. plugins load       (the library opens and exports fl_plugin_get_api)
@@ -9,8 +9,10 @@
 6. device nodes       (the ABI declares none: "not applicable" until it does)
 7. config             (valid, and every devices[].type is offered by a plugin)
 8. lock               (the config's require_lock file matches the running stack)
+8b. autoload         (whether `import torch` starts fl here, or stands aside beside a GPU)
 9. runtime start      (fl_runtime's own start-up, kept in startup_error)
 9b. compiled helpers  (fl_runtime/compiled.py: built, or why the Python versions run)
+9c. native bridge     (fl_runtime/bridge: in use and from where, or why the Python route runs)
 10. logs              (warnings and errors the runtime's start logged, those
                       logged while the checks ran, and the recent ones in the
                       config's logging.path file)
@@ -196,7 +198,7 @@ def check_lock(config: Config | None, plugins: list[Plugin]) -> Check:
         return Check("lock", OK, f"the running stack matches {config.require_lock}")
     return Check("lock", FAIL, f"the running stack differs from {config.require_lock} (require_lock): "
                  + "; ".join(d.describe() for d in found),
-                 "reinstall the locked versions (README, \"Upgrading safely\"), or re-lock with "
+                 "reinstall the locked versions (docs/operators/locks-and-upgrades.md), or re-lock with "
                  "`torch-fl lock` once this stack is verified")
 
 
@@ -237,8 +239,34 @@ def check_runtime() -> Check:
     return Check("runtime start", OK, f"{count} fl device(s)")
 
 
+def check_autoload() -> Check:
+    """docs/users/do-no-harm.md: whether `import torch` alone starts fl in this environment."""
+    import os
+
+    from fl_runtime.integration import autoload
+    if os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD") == "0":
+        return Check("autoload", OK, "off (TORCH_DEVICE_BACKEND_AUTOLOAD=0): import torch_fl starts fl")
+    if autoload.stood_aside:
+        return Check("autoload", WARN, f"import torch does not start fl: {autoload.stood_aside}",
+                     f"import torch_fl in scripts that use fl, or set {autoload.FORCE_ENV}=1")
+    return Check("autoload", OK, "import torch starts fl (fl is PyTorch's current accelerator)")
+
+
+def check_native_bridge() -> Check:
+    """docs/users/native-bridge.md: the C++ hooks, or the Python route and why."""
+    from fl_runtime import bridge
+    state = bridge.status()
+    if state.active:
+        return Check("native bridge", OK, f"in use: {state.detail}")
+    if state.detail.startswith(f"off: {bridge.SWITCH_ENV}=0"):
+        return Check("native bridge", OK, f"{state.detail}; the Python route runs")
+    return Check("native bridge", WARN, f"the Python route runs (generators, pinned memory, storage resizes, "
+                 f"several devices per thread in backward are unavailable): {state.detail}",
+                 "install a C++ compiler (g++) and run torch-fl build-bridge")
+
+
 def check_compiled_helpers() -> Check:
-    """The optional C helpers (README "Compiled helpers"): a missing one costs speed, not results."""
+    """The optional C helpers (docs/contributors/compiled-helpers.md): a missing one costs speed, not results."""
     from fl_runtime import compiled
     absent = compiled.missing()
     if absent:
@@ -297,7 +325,8 @@ def run_checks() -> Report:
         report = Report([found, *check_loading(failures, plugins), check_driver(plugins, config),
                          check_certified_stack(plugins), check_device_nodes(),
                          check_config(config, config_error, plugins), check_lock(config, plugins),
-                         check_runtime(), check_compiled_helpers()])
+                         check_autoload(), check_runtime(), check_compiled_helpers(),
+                         check_native_bridge()])
     finally:
         logger.removeHandler(handler)
     log_path = config.logging.path if config else None

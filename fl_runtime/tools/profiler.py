@@ -1,4 +1,4 @@
-"""Per-op path accounting (always on) and the profiler (on request) (README "Fallbacks, profiling and coverage").
+"""Per-op path accounting (always on) and the profiler (on request) (docs/users/profiling.md).
 
 Two levels, one source of truth:
 

@@ -1,6 +1,6 @@
 """PyTorch's own profilers with fl: `torch.autograd.profiler.profile(use_device="fl")`,
 and `torch.profiler.profile` asked for `ProfilerActivity.PrivateUse1`
-(README, "Fallbacks, profiling and coverage").
+(docs/users/profiling.md).
 
 For a PrivateUse1 device PyTorch records each op through the backend's C++
 profiler stubs (state KINETO_PRIVATEUSE1), which only a C++ backend can

@@ -1,8 +1,8 @@
-"""torch.distributed on fl tensors: the `fl` process-group backend (README, "Distributed training").
+"""torch.distributed on fl tensors: the `fl` process-group backend (docs/users/distributed.md).
 
 `register()` runs when the runtime is installed into PyTorch (integration.backend),
 so `init_process_group("gloo")`, `init_process_group()`, `"cpu:gloo,fl:fl"`,
-`new_group` and torchrun-launched scripts all accept fl tensors.
+`"cpu:gloo,fl:gloo"`, `new_group` and torchrun-launched scripts all accept fl tensors.
 """
 import importlib
 

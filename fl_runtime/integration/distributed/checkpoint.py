@@ -1,4 +1,4 @@
-"""Checkpoint and resume for a data-parallel job (README "Distributed training", Checkpoints).
+"""Checkpoint and resume for a data-parallel job (docs/users/checkpoints.md).
 
 A resumed run must continue as if it had never stopped, so a checkpoint holds
 everything the next step reads: the model and optimizer (the same on every rank

@@ -6,7 +6,7 @@ the global batch B in proportion to the samples per second it has shown, and
 a loss scale that keeps the gradient exact: DDP averages the ranks'
 gradients, (1/W) * sum_i grad(s_i * L_i) with L_i the mean loss over rank i's
 b_i samples, and with s_i = W * b_i / B that is sum_i (b_i / B) * grad(L_i),
-the gradient of the mean loss over all B samples (README, "Distributed training").
+the gradient of the mean loss over all B samples (docs/users/distributed.md).
 
     split = ThroughputSplit(global_batch=256)
     for step, (x, y) in enumerate(loader):            # x, y: the whole global batch on every rank

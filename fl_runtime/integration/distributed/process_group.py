@@ -18,6 +18,13 @@ waits only for the device -> host copies of its own tensors.
 When every rank's plugin offers collectives (ABI 1.1), the calls the plugin can
 serve skip the staging and go to the plugin instead (vendor.py says which and
 how); `vendor_plugins` names them, empty when the group is host-staged only.
+
+A group whose ranks sit on several hosts (hosts.py) uses a plugin's
+communicators across hosts only when the plugin declares it can (ABI 1.2,
+FL_COMM_REACH_ANY).  Otherwise its all-reduce is hierarchical (hierarchy.py:
+vendor within each host, host-staged Gloo between hosts) and every other
+collective host-staged Gloo across all ranks; `cross_host` says which.  Its
+failures name the peers that do not answer (reachability.py).
 """
 from __future__ import annotations
 
@@ -28,9 +35,12 @@ import threading
 import torch
 import torch.distributed as dist
 
+from fl_runtime.integration.distributed.hierarchy import HierarchicalAllReduce
+from fl_runtime.integration.distributed.hosts import HostLayout
+from fl_runtime.integration.distributed.reachability import Reachability
 from fl_runtime.integration.distributed.staging import IN, INOUT, OUT, Staging
 from fl_runtime.integration.distributed.transport import Transport
-from fl_runtime.integration.distributed.vendor import VendorCollectives
+from fl_runtime.integration.distributed.vendor import VendorCollectives, agree_on_plugins
 from fl_runtime.integration.distributed.registration import BACKEND_NAME  # noqa: F401 (re-exported)
 from fl_runtime.integration.distributed.work import CallSite, CollectiveError, FLWork
 
@@ -43,8 +53,18 @@ class FLProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._timeout = timeout
         self._transport = transport
-        self._wire = transport.connect(store, rank, size, timeout, group_name)
-        self._vendor = VendorCollectives.connect(store, rank, size, timeout, group_name)
+        self._layout = HostLayout.exchange(store, rank, size, group_name)
+        spans = self._layout.spans_hosts
+        self._reach = Reachability.exchange(store, rank, size, group_name, timeout) if spans else None
+        # Across hosts the wires give up a knock's time early, so that the error naming the
+        # peers that do not answer still arrives within the group's timeout.
+        wire_timeout = self._reach.wire_timeout if spans else timeout
+        self._wire = transport.connect(store, rank, size, wire_timeout, group_name)
+        plugins = agree_on_plugins(store, rank, size, group_name)
+        spanning = frozenset(name for name, crosses in plugins.items() if crosses or not spans)
+        self._vendor = VendorCollectives.connect(store, rank, size, timeout, group_name, spanning)
+        self._hierarchy = None if spanning else HierarchicalAllReduce.connect(
+            store, rank, size, timeout, wire_timeout, group_name, self._layout, frozenset(plugins), self._reach)
         self._group_name, self._group_desc = group_name, ""
         self._waiter_lock = threading.Lock()
         self._waiter_pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -91,6 +111,22 @@ class FLProcessGroup(dist.ProcessGroup):
         """Plugins whose own collectives this group uses (every rank offers them); empty: host-staged."""
         return self._vendor.plugins if self._vendor is not None else frozenset()
 
+    @property
+    def hosts(self) -> HostLayout:
+        """The group's ranks by host (hosts.py)."""
+        return self._layout
+
+    @property
+    def cross_host(self) -> str:
+        """How collectives cross hosts: "" (one host), "vendor" (the plugin's communicators span
+        hosts), "hierarchical" (all-reduce vendor within hosts and Gloo between them, the rest
+        flat) or "flat" (host-staged Gloo across every rank)."""
+        if not self._layout.spans_hosts:
+            return ""
+        if self._vendor is not None:
+            return "vendor"
+        return "hierarchical" if self._hierarchy is not None else "flat"
+
     def _vendor_call(self, method: str, *args) -> FLWork | None:
         """The vendor path's Work for this call, or None for the host-staged path."""
         return None if self._vendor is None else getattr(self._vendor, method)(*args)
@@ -105,7 +141,7 @@ class FLProcessGroup(dist.ProcessGroup):
             futures = staged_call(*staged)
         except Exception as exc:         # refused before it started: name the rank and op too
             raise CollectiveError(site, exc) from exc
-        return _work(site, futures, staging, result)
+        return _work(site, futures, staging, result, self._reach.diagnose if self._reach is not None else None)
 
     def _future(self, work: dist.Work) -> torch.futures.Future:
         """The wire's Work as a future; Works without one (Gloo's list-form reduce_scatter,
@@ -128,6 +164,8 @@ class FLProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts=None) -> dist.Work:
         opts = opts if opts is not None else dist.AllreduceOptions()
         vendor = self._vendor_call("allreduce", tensors, opts.reduceOp)
+        if vendor is None and self._hierarchy is not None:
+            vendor = self._hierarchy.allreduce(tensors, opts.reduceOp)
         if vendor is not None:
             return vendor
         scale, opts.reduceOp = _premul(opts.reduceOp)
@@ -303,6 +341,8 @@ class FLProcessGroup(dist.ProcessGroup):
     def shutdown(self) -> None:
         if self._vendor is not None:
             self._vendor.close()
+        if self._hierarchy is not None:
+            self._hierarchy.close()
         shutdown = getattr(self._wire, "shutdown", None)
         if shutdown is not None:
             shutdown()
@@ -313,8 +353,9 @@ class FLProcessGroup(dist.ProcessGroup):
             abort()
 
 
-def _work(site: CallSite, futures, staging: Staging, result) -> FLWork:
+def _work(site: CallSite, futures, staging: Staging, result, diagnose=None) -> FLWork:
     """One Work over the wire's futures; when they are done, copy results back and complete.
+    `diagnose` (a group across hosts) names the peers that do not answer when it failed.
 
     The callback holds no reference to the process group: were it the last one, the
     group (and its Gloo context) would be destroyed on Gloo's own thread, which
@@ -329,7 +370,7 @@ def _work(site: CallSite, futures, staging: Staging, result) -> FLWork:
             for inner in futures:     # collect_all keeps inner errors inside its value
                 inner.value()
         except Exception as exc:
-            failures.append(CollectiveError(site, exc))
+            failures.append(CollectiveError(site, exc, diagnose() if diagnose is not None else ""))
             raise failures[-1] from exc
         staging.finish()
         return result

@@ -12,9 +12,12 @@ which then refuses fl tensors.  And since a Python backend must be a whole
 `ProcessGroup` (see process_group.py), a Gloo backend for CPU and ours for fl
 cannot both sit in one group.  So `BackendConfig` is wrapped: for a bare
 "gloo" it maps fl to us and puts that entry first, and our group (which
-serves CPU tensors through Gloo itself) becomes the group.  Explicit
-"device:backend" strings are left exactly as written, so "cpu:gloo" still
-builds PyTorch's own Gloo group.
+serves CPU tensors through Gloo itself) becomes the group.  A
+"device:backend" string that names Gloo for fl ("cpu:gloo,fl:gloo", as
+PyTorch's docs write "cpu:gloo,cuda:nccl") asks for Gloo to carry fl
+tensors, which is what our group's host-staged Gloo does: fl goes to us the
+same way.  Other strings are left as written, so "cpu:gloo" (no fl entry)
+still builds PyTorch's own Gloo group.
 """
 from __future__ import annotations
 
@@ -64,10 +67,19 @@ def _route_bare_backends() -> None:
     @functools.wraps(original)
     def __init__(self, backend) -> None:
         original(self, backend)
-        if str(backend).lower() in ROUTED_BACKENDS and BACKEND_NAME not in self.device_backend_map:
+        if _routes_fl(str(backend), self.device_backend_map.get(BACKEND_NAME)):
             # First, so that our group is built before any other (PyTorch keeps the first
             # ProcessGroup-subclass backend as the whole group and stops there).
-            self.device_backend_map = {BACKEND_NAME: dist.Backend(BACKEND_NAME), **self.device_backend_map}
+            rest = {device: b for device, b in self.device_backend_map.items() if device != BACKEND_NAME}
+            self.device_backend_map = {BACKEND_NAME: dist.Backend(BACKEND_NAME), **rest}
             logger.debug("torch.distributed backend %r: fl tensors go to the fl backend", backend)
     __init__._torch_fl_routed = True
     c10d.BackendConfig.__init__ = __init__
+
+
+def _routes_fl(backend: str, fl_backend: str | None) -> bool:
+    """Whether fl tensors go to the fl backend: a bare routed name ("gloo"), which maps no backend
+    to fl, or an explicit "fl:gloo" entry."""
+    if fl_backend is None:
+        return backend.lower() in ROUTED_BACKENDS
+    return str(fl_backend).lower() in ROUTED_BACKENDS

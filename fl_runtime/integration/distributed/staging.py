@@ -2,7 +2,7 @@
 
 Device -> host happens on the caller's thread before the collective is queued:
 the runtime's copy to the host is ordered after the pending writes on the
-tensor's stream (README "Device API", streams), and waits for nothing else.
+tensor's stream (docs/users/devices.md "Streams and events"), and waits for nothing else.
 Host -> device happens when the transport's future completes, on the thread
 that completes it, on a copy stream of the device's own: the copy is ordered
 after the tensor's pending writers and waits for nothing else (the default

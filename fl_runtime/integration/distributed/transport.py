@@ -8,7 +8,7 @@ tensors through the host (device -> host before the call, host -> device when
 the wire's future completes); a vendor transport that reaches its chips'
 interconnect directly would declare "fl" and receive the device tensors as
 they are.  That is the whole contract a later "vendor collectives" ABI has to
-meet (README, "Distributed training").
+meet (docs/users/distributed.md).
 
 Today's transport is Gloo on host copies (`HostGlooTransport`), the library
 PyTorch itself uses for CPU tensors.

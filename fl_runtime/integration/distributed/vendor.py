@@ -3,7 +3,7 @@
 When every rank of a group has a plugin offering the collectives extension
 (fl_abi.h, "collectives"), a collective on fl tensors of such a plugin is
 enqueued by the plugin itself, device to device, instead of being staged
-through the host and Gloo (README, "Distributed training").  Every other
+through the host and Gloo (docs/users/distributed.md).  Every other
 call (CPU tensors, a dtype or op the plugin does not declare, non-contiguous
 tensors, uneven all_to_all splits, PREMUL_SUM and the bitwise ops, and
 point to point, see process_group.py) takes the
@@ -13,8 +13,12 @@ shapes), never on timing.  TORCH_FL_VENDOR_COLLECTIVES=0 turns the vendor
 path off for a process (then for its groups, since all ranks must agree).
 
 Rendezvous: when the group is made, every rank publishes on the c10d store
-the plugins whose collectives it can use; the group's vendor plugins are
-those every rank offers.  A communicator per (rank, device) is made on the
+the plugins whose collectives it can use and their reach (ABI 1.2,
+fl_comm_reach); the group's vendor plugins are those every rank offers, and,
+when the group spans hosts (hosts.py), only those whose communicators may:
+a plugin that reaches one host serves such a group within each host
+(hierarchy.py) and never gets a communicator across hosts.  A communicator
+per (rank, device) is made on the
 first vendor collective on that device: rank 0 asks its plugin for a unique
 id and puts it on the store, the other ranks read it, all call comm_create
 (fl_abi.h explains why a unique id and not key-value callbacks).
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -43,7 +48,7 @@ from fl_runtime import abi
 from fl_runtime.devices.communicator import Communicator, unique_id
 from fl_runtime.errors import FLError, VendorError
 from fl_runtime.integration.distributed.elastic import attempt_scope
-from fl_runtime.integration.distributed.work import CallSite, CollectiveError, FLWork
+from fl_runtime.integration.distributed.work import CallSite, CollectiveError, FLWork, completable_future
 from fl_runtime.integration.process import start
 from fl_runtime.logs import logger
 from fl_runtime.plugins.extensions import collectives_of
@@ -58,15 +63,30 @@ def enabled_by_environment() -> bool:
     return os.environ.get(ENABLE_ENV, "1") not in ("0", "false", "no", "off")
 
 
-def _offered_plugins() -> list[str]:
-    """Names of this process's plugins whose collectives extension is usable."""
+def _offered_plugins() -> dict[str, bool]:
+    """This process's plugins whose collectives extension is usable: name -> whether one
+    communicator may span hosts (fl_abi.h, fl_comm_reach)."""
     if not enabled_by_environment():
-        return []
-    names = set()
+        return {}
+    offered: dict[str, bool] = {}
     for device in start().devices:
-        if device.plugin.name not in names and _usable(device):
-            names.add(device.plugin.name)
-    return sorted(names)
+        if device.plugin.name not in offered and _usable(device):
+            offered[device.plugin.name] = collectives_of(device.plugin).crosses_hosts
+    return offered
+
+
+def agree_on_plugins(store: dist.Store, rank: int, size: int, group_name: str) -> dict[str, bool]:
+    """The plugins every rank of the group offers collectives of (a collective, through `store`):
+    name -> whether every rank's copy declares FL_COMM_REACH_ANY."""
+    # Per torchrun attempt (elastic.py): a restarted rank must not read a dead attempt's offers.
+    store = dist.PrefixStore(f"{_PREFIX}{attempt_scope()}/{group_name}/", store)
+    store.set(f"offer/{rank}", json.dumps(_offered_plugins()))
+    common: dict[str, bool] | None = None
+    for r in range(size):
+        theirs = json.loads(store.get(f"offer/{r}").decode())
+        common = theirs if common is None else {name: crosses and theirs[name]
+                                                for name, crosses in common.items() if name in theirs}
+    return common or {}
 
 
 def _usable(device) -> bool:
@@ -100,22 +120,16 @@ class VendorCollectives:
         self._failed: dict[int, BaseException] = {}     # collective stream key -> its first failure
 
     @classmethod
-    def connect(cls, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
-                group_name: str) -> VendorCollectives | None:
-        """Agree with the other ranks (through `store`) on the plugins every rank offers."""
-        # Per torchrun attempt (elastic.py): a restarted rank must not read a dead attempt's offers
-        # or communicator ids.
-        store = dist.PrefixStore(f"{_PREFIX}{attempt_scope()}/{group_name}/", store)
-        store.set(f"offer/{rank}", ",".join(_offered_plugins()))
-        common: set[str] | None = None
-        for r in range(size):
-            theirs = set(filter(None, store.get(f"offer/{r}").decode().split(",")))
-            common = theirs if common is None else common & theirs
-        if not common:
-            logger.debug("fl process group %r: no plugin offers collectives on every rank; host-staged", group_name)
+    def connect(cls, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, group_name: str,
+                plugins: frozenset[str]) -> VendorCollectives | None:
+        """The vendor path of `plugins` (every rank agreed on them) for this group, None when empty.
+        Communicator ids go on `store` under the group's own prefix, per torchrun attempt."""
+        if not plugins:
+            logger.debug("fl process group %r: no vendor collectives; host-staged", group_name)
             return None
-        logger.debug("fl process group %r: vendor collectives of %s", group_name, sorted(common))
-        return cls(store, rank, size, timeout, frozenset(common))
+        logger.debug("fl process group %r: vendor collectives of %s", group_name, sorted(plugins))
+        return cls(dist.PrefixStore(f"{_PREFIX}{attempt_scope()}/{group_name}/", store), rank, size, timeout,
+                   frozenset(plugins))
 
     # ---- choosing the path -------------------------------------------------------------------
     def _device(self, call: str, tensors: list[torch.Tensor], op: int | None = None):
@@ -139,6 +153,19 @@ class VendorCollectives:
         if name is None or (name == "avg" and not dtype.is_floating_point):
             return None
         return abi.REDUCE_OPS[name]
+
+    def serves(self, call: str, tensors: list[torch.Tensor], op: int | None = None) -> bool:
+        """Whether `call` on these tensors (and fl_reduce_op) takes the vendor path."""
+        return self._device(call, tensors, op) is not None
+
+    def fl_op(self, reduce_op, dtype: torch.dtype) -> int | None:
+        """The fl_reduce_op for a torch.distributed ReduceOp, or None where the vendor path does not take it."""
+        return self._op(reduce_op, dtype)
+
+    def after_current_stream(self, index: int) -> None:
+        """Order the device's collective stream after the work queued so far on the calling thread's
+        current stream (for collectives enqueued later, from another thread)."""
+        self._stream(index).wait_stream(start().streams.current(index))
 
     # ---- communicators and streams -------------------------------------------------------------
     def _comm(self, device) -> Communicator:
@@ -183,10 +210,10 @@ class VendorCollectives:
             with torch.fl.stream(coll):
                 after(*extra)
         current.wait_stream(coll)
-        future: torch.futures.Future = torch.futures.Future()
+        source, future = completable_future()
         failures: list[CollectiveError] = []
         keep = (inputs, outputs, extra)           # alive until the stream has run the collective
-        self._waiter.submit(self._settle, coll, future, site, failures, result, keep)
+        self._waiter.submit(self._settle, coll, source, site, failures, result, keep)
         return FLWork(future, site, failures)
 
     def _settle(self, stream, future: torch.futures.Future, site: CallSite, failures: list, result, keep) -> None:

@@ -27,16 +27,30 @@ class CallSite:
 
 
 class CollectiveError(RuntimeError):
-    """A collective failed or timed out (a dead or stuck peer, a mismatched call)."""
+    """A collective failed or timed out (a dead or stuck peer, a mismatched call, a host out of reach).
 
-    def __init__(self, site: CallSite, cause: BaseException | str) -> None:
+    `diagnosis`: for a group that spans hosts, which peers did not answer (reachability.py)."""
+
+    def __init__(self, site: CallSite, cause: BaseException | str, diagnosis: str = "") -> None:
+        found = f" Peers: {diagnosis}." if diagnosis else ""
         super().__init__(
             f"torch_fl process group: rank {site.rank} of {site.size}: {site.op} failed on {site.transport} "
-            f"(timeout {site.timeout.total_seconds():g} s): {str(cause).rstrip('. ')}. Another rank may have "
-            f"died, be stuck, or called a different collective; check every rank's log, and raise "
+            f"(timeout {site.timeout.total_seconds():g} s): {str(cause).rstrip('. ')}.{found} Another rank may "
+            f"have died, be stuck, or called a different collective; check every rank's log, and raise "
             f"init_process_group(timeout=...) if a rank is merely slow")
         self.rank = site.rank
         self.op = site.op
+        self.cause = str(cause).rstrip(". ")
+        self.diagnosis = diagnosis
+
+
+def completable_future() -> tuple[torch.futures.Future, torch.futures.Future]:
+    """(source, future): complete `source` from Python (set_result or set_exception) and hand
+    `future` to the Work.  `Future.set_exception` stores the exception as the future's value
+    (Python's wait() raises it, but a C++ caller such as DDP's reducer reads it as a result
+    and crashes); an exception raised in a `then` callback is an error C++ sees as one."""
+    source: torch.futures.Future = torch.futures.Future()
+    return source, source.then(lambda done: done.value())
 
 
 class FLWork(dist.Work):

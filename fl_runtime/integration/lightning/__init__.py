@@ -1,4 +1,4 @@
-"""Lightning's Trainer and Fabric on fl: `accelerator="fl"` (README, "Distributed training").
+"""Lightning's Trainer and Fabric on fl: `accelerator="fl"` (docs/users/lightning-and-hf.md).
 
 `install()` runs when the runtime is installed into PyTorch.  It imports
 nothing from Lightning: it arranges for `register()` to run right after

@@ -40,7 +40,7 @@ def has_cpu_kernel(op) -> bool:
     """Whether PyTorch can run `op` on the CPU at all: a CPU kernel, or a composite
     (CompositeImplicit/Explicit) one the CPU dispatch table computes from it.  Ops
     written only for CUDA (the fused RNN cells, cuDNN ops) have none: the CPU
-    fallback must never be chosen for them (README "Fallbacks, profiling and coverage")."""
+    fallback must never be chosen for them (docs/users/profiling.md)."""
     found = _cpu_runnable.get(op)
     if found is None:
         found = _cpu_runnable[op] = torch._C._dispatch_has_computed_kernel_for_dispatch_key(op.name(), "CPU")

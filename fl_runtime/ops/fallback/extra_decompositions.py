@@ -1,4 +1,4 @@
-"""Decompositions Torch-FL adds where PyTorch's own cannot run on fl (README "Fallbacks, profiling and coverage").
+"""Decompositions Torch-FL adds where PyTorch's own cannot run on fl (docs/users/profiling.md).
 
 The generic kernel runs an op as PyTorch's decomposition of it when every leaf runs
 on fl.  A few decompositions that real models need end in ops no vendor can have:
@@ -144,7 +144,7 @@ def _self_attention(x, num_heads: int, qkv_weight, qkv_bias, proj_weight, proj_b
 def index_copy_(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor):
     """aten::index_copy_ (transformers' StaticCache writes each token's keys and values
     with it, every layer, every step): PyTorch's decomposition goes through index_put and
-    its checks, ~300 µs a call on fl (BENCHMARKS.md, "Graph path").  This is one scatter_
+    its checks, ~300 µs a call on fl (docs/benchmarks/index.md "Graph path").  This is one scatter_
     with the index broadcast along `source` (a stride-0 view: nothing is copied).  Only
     calls ATen itself would accept reach it: the shapes are checked here (scatter's own
     checks are looser), and index values by the vendor's scatter as ATen checks them

@@ -1,4 +1,4 @@
-"""The generic kernel: run an op as PyTorch's decomposition of it (the second link; README "Fallbacks, profiling and coverage").
+"""The generic kernel: run an op as PyTorch's decomposition of it (the second link; docs/users/profiling.md).
 
 PyTorch ships decompositions of most ATen ops into smaller ones
 (`torch._decomp.decomposition_table`, which holds the core-ATen set and the

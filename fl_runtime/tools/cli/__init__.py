@@ -9,7 +9,7 @@ import sys
 
 from fl_runtime.tools.cli.registry import make_parser, run
 
-COMMANDS = ("devices", "doctor", "coverage", "profile", "lock", "check")
+COMMANDS = ("devices", "doctor", "coverage", "profile", "lock", "check", "build-bridge")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,6 +49,6 @@ def render(doc: dict, lines: list[str]) -> str:
     else:
         text = [f"the running stack differs from {doc['file']} in {len(lines)} field(s):"]
         text += [f"  {line}" for line in lines]
-        text.append("reinstall the locked versions (README, \"Upgrading safely\"), or re-lock with "
+        text.append("reinstall the locked versions (docs/operators/locks-and-upgrades.md), or re-lock with "
                     "`torch-fl lock` once this stack is verified")
     return "\n".join(text + [f"note: {note}" for note in doc["notes"]])

@@ -3,7 +3,7 @@
 The lock records torch, Torch-FL, Python, OS/arch, the ABI and, per plugin, its
 version, library path and SHA-256, and the driver version per device type.
 `torch-fl check FILE` compares a machine against it; the config's
-`require_lock: FILE` refuses to start on any difference (README, "Upgrading safely").
+`require_lock: FILE` refuses to start on any difference (docs/operators/locks-and-upgrades.md).
 Exit status 0 when written, 2 when the config or the file cannot be used.
 The --json schema ("torch-fl.lock/1"):
     {"schema": "torch-fl.lock/1", "file": str | null, "stack": {...} | null,

@@ -14,7 +14,7 @@ def make_parser(prog: str, description: str, package: str, commands: tuple[str, 
     parser = argparse.ArgumentParser(prog=prog, description=description)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in commands:     # the order `--help` lists them in
-        importlib.import_module(f"{package}.{name}").register(subparsers)
+        importlib.import_module(f"{package}.{name.replace('-', '_')}").register(subparsers)
     return parser
 
 

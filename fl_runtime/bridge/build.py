@@ -1,0 +1,222 @@
+"""Build the native bridge against the PyTorch that is installed, once, into a cache.
+
+The bridge (csrc/, docs/users/native-bridge.md) is C++ against PyTorch's headers, so it is
+built per PyTorch build: vendors never see a torch header, and one plugin binary serves
+every admitted minor.  Where it is built:
+- `make build` and `torch-fl build-bridge` (images, CI), and a `pip install` whose target
+  environment already has torch (setup.py), ahead of time;
+- otherwise on the first start that wants it, saying so on stderr with the usual duration.
+
+The cache key is every input that changes the binary: the PyTorch version and build (git
+revision, C++ ABI flag), the Python version, the compiler (path and `--version`) and a hash
+of the bridge's sources.  A cache entry is a folder `<key>/` holding `_fl_bridge.so` and
+`manifest.json` (written last, with the library's SHA-256): an entry is used only when the
+manifest names the same key and the library's hash matches, so a stale or corrupt entry is
+rebuilt, never loaded.  Builds run under an exclusive file lock per key (eight ranks
+starting at once build once; the others wait and load the result), in a temporary folder
+renamed into place, so a crashed build leaves nothing that looks finished.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+LIBRARY = "_fl_bridge.so"
+MANIFEST = "manifest.json"
+# Shipped by a wheel built where torch was importable (setup.py), checked before the cache.
+PREBUILT = Path(__file__).resolve().parent / "_prebuilt"
+CACHE_ENV = "TORCH_FL_CACHE_DIR"
+_TYPICAL_SECONDS = 60        # said before the first build on a machine (no timing recorded yet)
+
+
+class BridgeBuildError(RuntimeError):
+    """The bridge could not be built here; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What the bridge is compiled with and against."""
+    compiler: str
+    compiler_id: str
+    torch_version: str
+    torch_git: str
+    cxx11_abi: bool
+    torch_dir: Path
+    python_include: str
+
+    def identity(self) -> dict:
+        return {"torch": self.torch_version, "torch_git": self.torch_git, "cxx11_abi": self.cxx11_abi,
+                "python": sys.implementation.cache_tag, "compiler": self.compiler,
+                "compiler_id": self.compiler_id, "sources": source_hash()}
+
+    def key(self) -> str:
+        text = json.dumps(self.identity(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def source_hash() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(CSRC.iterdir()):
+        if path.suffix in (".cpp", ".h"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def cache_dir() -> Path:
+    base = os.environ.get(CACHE_ENV) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "torch_fl")
+    return Path(base) / "bridge"
+
+
+def toolchain() -> Toolchain:
+    """The compiler and the running PyTorch; BridgeBuildError when either is unusable."""
+    import torch
+    compiler = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
+    executable = shutil.which(compiler.split()[0])
+    if executable is None:
+        raise BridgeBuildError(f"no C++ compiler: '{compiler}' is not on PATH (install g++ or set CXX)")
+    torch_dir = Path(torch.__file__).resolve().parent
+    if not (torch_dir / "include" / "ATen" / "detail" / "PrivateUse1HooksInterface.h").is_file():
+        raise BridgeBuildError(f"this PyTorch ships no C++ headers ({torch_dir / 'include'}): the bridge needs them")
+    # The compiler's identity without running it (a warm start must stay cheap): its real path,
+    # size and modification time change whenever the compiler does.
+    real = os.path.realpath(executable)
+    stat = os.stat(real)
+    return Toolchain(compiler=executable, compiler_id=f"{real}:{stat.st_size}:{stat.st_mtime_ns}",
+                     torch_version=torch.__version__, torch_git=getattr(torch.version, "git_version", "") or "",
+                     cxx11_abi=bool(torch._C._GLIBCXX_USE_CXX11_ABI), torch_dir=torch_dir,
+                     python_include=sysconfig.get_paths()["include"])
+
+
+def library_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def cached_library(key: str, roots: tuple[Path, ...] | None = None) -> Path | None:
+    """The verified library of `key` (prebuilt first, then the cache), or None."""
+    for root in roots or (PREBUILT, cache_dir()):
+        entry = root / key
+        try:
+            manifest = json.loads((entry / MANIFEST).read_text())
+        except (OSError, ValueError):
+            continue
+        library = entry / LIBRARY
+        if manifest.get("key") == key and library.is_file() and manifest.get("sha256") == library_sha256(library):
+            return library
+    return None
+
+
+def ensure_built(chain: Toolchain | None = None, *, announce=None, into: Path | None = None) -> Path:
+    """The library for the running PyTorch: a verified cached one, else built now (under the
+    key's lock; `announce(text)` hears what a first build is doing)."""
+    chain = chain or toolchain()
+    key = chain.key()
+    root = into or cache_dir()
+    found = cached_library(key, (root,) if into else None)
+    if found is not None:
+        return found
+    root.mkdir(parents=True, exist_ok=True)
+    with _locked(root / f"{key}.lock"):
+        found = cached_library(key, (root,))       # another process may have built it meanwhile
+        if found is not None:
+            return found
+        return _build_entry(chain, key, root, announce or _say)
+
+
+def build_command(chain: Toolchain, source: Path, output: Path) -> list[str]:
+    include = chain.torch_dir / "include"
+    return [chain.compiler, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(chain.cxx11_abi)}",
+            # -isystem: PyTorch's and Python's headers are not ours to hold to -Werror
+            "-isystem", str(include), "-isystem", chain.python_include, "-c", str(source), "-o", str(output)]
+
+
+def link_command(chain: Toolchain, objects: list[Path], output: Path) -> list[str]:
+    lib = chain.torch_dir / "lib"
+    return [chain.compiler, "-shared", *map(str, objects), "-o", str(output), f"-L{lib}",
+            "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{lib}"]
+
+
+def _build_entry(chain: Toolchain, key: str, root: Path, announce) -> Path:
+    typical = _typical_seconds(root)
+    announce(f"torch_fl: building the native bridge for torch {chain.torch_version} "
+             f"(once per PyTorch build; usually ~{typical:.0f} s here) into {root / key}")
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f"{key}.tmp-", dir=root))
+    try:
+        sources = sorted(CSRC.glob("*.cpp"))
+        objects = [work / f"{source.stem}.o" for source in sources]
+        jobs = max(1, min(len(sources), os.cpu_count() or 1))
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            list(pool.map(lambda pair: _run(build_command(chain, *pair), pair[0].name), zip(sources, objects)))
+        _run(link_command(chain, objects, work / LIBRARY), "link")
+        seconds = time.monotonic() - started
+        manifest = {"key": key, "identity": chain.identity(), "compiler": _compiler_banner(chain.compiler),
+                    "sha256": library_sha256(work / LIBRARY),
+                    "seconds": round(seconds, 1), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        for path in objects:
+            path.unlink()
+        (work / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        final = root / key
+        if final.exists():          # a stale or corrupt entry under this key: replaced, never loaded
+            shutil.rmtree(final)
+        os.rename(work, final)
+        _record_seconds(root, seconds)
+        announce(f"torch_fl: built the native bridge in {seconds:.0f} s")
+        return final / LIBRARY
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _compiler_banner(compiler: str) -> str:
+    try:
+        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    return out.splitlines()[0] if out else "?"
+
+
+def _run(command: list[str], what: str) -> None:
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
+        raise BridgeBuildError(f"compiling the native bridge failed at {what}:\n{tail}")
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _typical_seconds(root: Path) -> float:
+    try:
+        return float(json.loads((root / "timings.json").read_text())["last_build_seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return _TYPICAL_SECONDS
+
+
+def _record_seconds(root: Path, seconds: float) -> None:
+    with contextlib.suppress(OSError):
+        (root / "timings.json").write_text(json.dumps({"last_build_seconds": round(seconds, 1)}))
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

@@ -1,0 +1,147 @@
+"""What the native bridge's C++ asks of the runtime (csrc/python_calls.h).
+
+PyTorch calls the bridge's allocator, device guard and hooks; each of those that needs the
+runtime calls one method of this object, with the GIL held.  Exceptions raised here travel
+back to the user as they are (an out-of-memory stays torch.OutOfMemoryError).
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+
+import torch
+
+from fl_runtime.devices import allocator as memory
+from fl_runtime.devices.streams import Event, Stream
+
+# Streams per device handed out for torch.Stream(device="fl") and getStreamFromGlobalPool,
+# round-robin, living as long as the process (CUDA keeps 32; a vendor stream costs more here).
+POOL_SIZE = 4
+
+
+class BridgeCalls:
+    def __init__(self, rt, host_memory=None) -> None:
+        self._rt = rt
+        self._host_memory = host_memory       # (alloc(size) -> address or 0, free(address)) or None
+        self._pools: dict[int, list[Stream]] = {}
+        self._turn: dict[int, itertools.count] = {}
+        self._events: dict[int, Event] = {}
+        self._event_ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    # -- memory ------------------------------------------------------------------------
+    def allocate(self, device: int, nbytes: int) -> tuple[int, tuple]:
+        rt = self._rt
+        allocator = rt.allocators[device]
+        block = allocator.allocate(nbytes, rt.streams.current(device))
+        return block.ptr, (allocator.release, block)
+
+    def copy_device_bytes(self, device: int, dst: int, src: int, nbytes: int) -> None:
+        """memcpy on the device's current stream (c10::Allocator::copy_data)."""
+        rt = self._rt
+        info, stream = rt.device(device), rt.streams.current(device)
+        info.plugin.check(info.plugin.api.memcpy_d2d_async(stream.handle, info.local_index, dst, 0,
+                                                           info.local_index, src, 0, nbytes),
+                          f"memcpy_d2d_async(fl:{device}, {nbytes} bytes)")
+
+    def empty_cache(self) -> None:
+        for allocator in self._rt.allocators:
+            allocator.empty_cache()
+
+    def device_stats(self, device: int) -> dict:
+        return memory.memory_stats(self._rt.allocators[device])
+
+    def reset_peak_stats(self, device: int) -> None:
+        allocator = self._rt.allocators[device]
+        allocator.settle()
+        allocator.stats.reset_peaks()
+
+    def reset_accumulated_stats(self, device: int) -> None:
+        allocator = self._rt.allocators[device]
+        allocator.settle()
+        allocator.stats.reset_accumulated()
+
+    def memory_info(self, device: int) -> tuple[int, int]:
+        return memory.device_memory_info(self._rt.allocators[device])
+
+    def record_stream(self, device: int, address: int, stream_id: int) -> None:
+        allocator = self._rt.allocators[device]
+        allocator.record_stream(address, self.stream(device, stream_id))
+
+    def check_device(self, device: int) -> None:
+        """Raise the runtime's DeviceNotFoundError for an index past the last fl device."""
+        self._rt.device(device)
+
+    def device_of_pointer(self, address: int) -> int:
+        for index, allocator in enumerate(self._rt.allocators):
+            if allocator.holds(address):
+                return index
+        return -1
+
+    def host_alloc(self, nbytes: int) -> int:
+        """Page-locked memory from the plugin's host-memory extension, or 0 (none offered)."""
+        return self._host_memory[0](nbytes) if self._host_memory else 0
+
+    def host_free(self, address: int) -> None:
+        self._host_memory[1](address)
+
+    # -- streams -----------------------------------------------------------------------
+    def stream(self, device: int, stream_id: int) -> Stream:
+        return self._rt.streams.lookup(device, stream_id)     # default streams are registered too
+
+    def pooled_stream(self, device: int, priority: int) -> int:
+        """A stream of the device's pool (the ABI has one priority: `priority` is accepted)."""
+        with self._lock:
+            pool = self._pools.setdefault(device, [])
+            turn = next(self._turn.setdefault(device, itertools.count()))
+            if len(pool) < POOL_SIZE:
+                pool.append(Stream(self._rt.device(device)))
+            return pool[turn % len(pool)].stream_id
+
+    def stream_made_current(self, device: int, stream_id: int) -> None:
+        """PyTorch made a stream current on this thread (the guard's exchangeStream)."""
+        self._rt.streams.keep_current(self.stream(device, stream_id))
+
+    def query_stream(self, device: int, stream_id: int) -> bool:
+        return self.stream(device, stream_id).query()
+
+    def synchronize_stream(self, device: int, stream_id: int) -> None:
+        self.stream(device, stream_id).synchronize()
+
+    def synchronize_device(self, device: int) -> None:
+        self._rt.synchronize(device)
+
+    def supported_dtypes(self, device: int) -> list[torch.dtype]:
+        return [getattr(torch, name) for name in self._rt.device(device).supported_dtypes]
+
+    # -- events ------------------------------------------------------------------------
+    def event_record(self, handle: int, device: int, stream_id: int, flag: int) -> int:
+        """Record the event `handle` (0: a new one, returned) at the end of a stream."""
+        if handle == 0:
+            event = Event(self._rt.device(device), enable_timing=True, registry=self._rt.streams)
+            with self._lock:
+                handle = next(self._event_ids)
+                self._events[handle] = event
+        self._event(handle).record(self.stream(device, stream_id))
+        return handle
+
+    def event_block(self, handle: int, device: int, stream_id: int) -> None:
+        self.stream(device, stream_id).wait_event(self._event(handle))
+
+    def event_query(self, handle: int) -> bool:
+        return self._event(handle).query()
+
+    def event_synchronize(self, handle: int) -> None:
+        self._event(handle).synchronize()
+
+    def event_elapsed_ms(self, start: int, end: int) -> float:
+        self._event(end).synchronize()
+        return self._event(start).elapsed_ms(self._event(end))
+
+    def event_destroy(self, handle: int) -> None:
+        with self._lock:
+            self._events.pop(handle, None)
+
+    def _event(self, handle: int) -> Event:
+        with self._lock:
+            return self._events[handle]

@@ -1,0 +1,181 @@
+// fl_runtime.bridge._fl_bridge: the native bridge's Python module.
+//
+//   install(calls, device_count)       registers hooks, device guard, allocators (once)
+//   current_device() / set_current_device(index)
+//   current_stream(index) / set_current_stream(index, stream_id)
+//                                      this thread's state (thread_state.h)
+//   collect() -> int / live() -> int   device blocks PyTorch freed (freed_blocks.h)
+//   default_generator(index) -> torch.Generator
+//   reserve(generator, numel) -> (seed, offset)
+//                                      counters for one random kernel (generator.h)
+//
+// Built against the installed PyTorch by fl_runtime/bridge/build.py; docs/users/native-bridge.md.
+#include <Python.h>
+
+#include <mutex>
+
+#include <ATen/core/CachingHostAllocator.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Generator.h>
+
+#include "device_allocator.h"
+#include "device_guard.h"
+#include "freed_blocks.h"
+#include "generator.h"
+#include "hooks.h"
+#include "host_allocator.h"
+#include "python_calls.h"
+#include "thread_state.h"
+
+namespace {
+
+using namespace fl_bridge;
+
+constexpr c10::DeviceType kFl = c10::DeviceType::PrivateUse1;
+// Ahead of anything registered before (c10's allocator registry keeps the highest priority).
+constexpr uint8_t kPriority = 255;
+
+std::once_flag g_installed;
+
+bool parse_index(PyObject* value, c10::DeviceIndex& out) {
+  const long index = PyLong_AsLong(value);
+  if (index == -1 && PyErr_Occurred()) {
+    return false;
+  }
+  out = static_cast<c10::DeviceIndex>(index);
+  return true;
+}
+
+PyObject* install(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  TORCH_CHECK_TYPE(nargs == 2, "install(calls, device_count)");
+  c10::DeviceIndex count = 0;
+  if (!parse_index(args[1], count)) {
+    return nullptr;
+  }
+  bool first = false;
+  std::call_once(g_installed, [&] {
+    set_runtime_calls(args[0]);
+    set_device_count(count);
+    at::RegisterPrivateUse1HooksInterface(&hooks());
+    c10::impl::DeviceGuardImplRegistrar guard_registrar(kFl, &device_guard());
+    c10::SetAllocator(kFl, &device_allocator(), kPriority);
+    at::setHostAllocator(kFl, &host_allocator(), kPriority);
+    first = true;
+  });
+  return PyBool_FromLong(first);
+  END_HANDLE_TH_ERRORS
+}
+
+PyObject* current_device_py(PyObject*, PyObject*) {
+  return PyLong_FromLong(current_device());
+}
+
+PyObject* set_current_device_py(PyObject*, PyObject* index) {
+  HANDLE_TH_ERRORS
+  c10::DeviceIndex device = 0;
+  if (!parse_index(index, device)) {
+    return nullptr;
+  }
+  set_current_device(device);
+  Py_RETURN_NONE;
+  END_HANDLE_TH_ERRORS
+}
+
+PyObject* current_stream_py(PyObject*, PyObject* index) {
+  HANDLE_TH_ERRORS
+  c10::DeviceIndex device = 0;
+  if (!parse_index(index, device)) {
+    return nullptr;
+  }
+  return PyLong_FromLongLong(current_stream_id(device));
+  END_HANDLE_TH_ERRORS
+}
+
+PyObject* set_current_stream_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  TORCH_CHECK_TYPE(nargs == 2, "set_current_stream(index, stream_id)");
+  c10::DeviceIndex device = 0;
+  if (!parse_index(args[0], device)) {
+    return nullptr;
+  }
+  const long long id = PyLong_AsLongLong(args[1]);
+  if (id == -1 && PyErr_Occurred()) {
+    return nullptr;
+  }
+  return PyLong_FromLongLong(exchange_stream_id(device, id));
+  END_HANDLE_TH_ERRORS
+}
+
+PyObject* collect(PyObject*, PyObject*) {
+  return PyLong_FromLongLong(collect_freed());
+}
+
+PyObject* live(PyObject*, PyObject*) {
+  return PyLong_FromLongLong(live_blocks());
+}
+
+PyObject* default_generator_py(PyObject*, PyObject* index) {
+  HANDLE_TH_ERRORS
+  c10::DeviceIndex device = 0;
+  if (!parse_index(index, device)) {
+    return nullptr;
+  }
+  PyObject* wrapped = THPGenerator_initDefaultGenerator(default_generator(device));
+  Py_XINCREF(wrapped);      // initDefaultGenerator's reference is borrowed
+  return wrapped;
+  END_HANDLE_TH_ERRORS
+}
+
+PyObject* reserve(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  TORCH_CHECK_TYPE(nargs == 2, "reserve(generator, numel)");
+  const int is_generator = PyObject_IsInstance(args[0], THPGeneratorClass);
+  if (is_generator < 0) {
+    return nullptr;
+  }
+  TORCH_CHECK_TYPE(is_generator == 1, "reserve: expected a torch.Generator");
+  at::Generator generator = reinterpret_cast<THPGenerator*>(args[0])->cdata;
+  TORCH_CHECK_VALUE(generator.device().type() == kFl, "a ", generator.device(),
+                    " generator cannot draw for an fl kernel: use torch.Generator(device=\"fl:N\")");
+  const unsigned long long numel = PyLong_AsUnsignedLongLong(args[1]);
+  if (numel == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    return nullptr;
+  }
+  std::pair<int64_t, int64_t> drawn;
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    drawn = at::check_generator<Generator>(generator)->reserve(numel);
+  }
+  return Py_BuildValue("(LL)", static_cast<long long>(drawn.first), static_cast<long long>(drawn.second));
+  END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef methods[] = {
+    {"install", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(install)), METH_FASTCALL,
+     "install(calls, device_count) -> bool: register the bridge with PyTorch (True the first time)"},
+    {"current_device", current_device_py, METH_NOARGS, "This thread's current fl device."},
+    {"set_current_device", set_current_device_py, METH_O, "Make fl:index current on this thread."},
+    {"current_stream", current_stream_py, METH_O, "This thread's current stream id on fl:index."},
+    {"set_current_stream", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(set_current_stream_py)),
+     METH_FASTCALL, "set_current_stream(index, stream_id) -> the id it replaced"},
+    {"collect", collect, METH_NOARGS, "Release every device block PyTorch freed; returns how many."},
+    {"live", live, METH_NOARGS, "Device blocks handed to PyTorch and not yet collected."},
+    {"default_generator", default_generator_py, METH_O, "The default torch.Generator of fl:index."},
+    {"reserve", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(reserve)), METH_FASTCALL,
+     "reserve(generator, numel) -> (seed, offset) for one random kernel"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_fl_bridge", "Torch-FL's native bridge (docs/users/native-bridge.md).", -1, methods,
+    nullptr, nullptr, nullptr, nullptr,
+};
+
+} // namespace
+
+PyMODINIT_FUNC PyInit__fl_bridge(void) {
+  return PyModule_Create(&module_def);
+}
