@@ -3,7 +3,7 @@
     python benchmarks/bench.py [--steps 30] [--json out.json]
 
 1. Dispatch cost per op on tiny tensors (us/op): what the runtime adds per call.
-2. The README CNN's training step at batch 64 (ms/step) and its ratio to native.
+2. The example CNN's (examples/train_cnn.py) training step at batch 64 (ms/step) and its ratio to native.
 3. The share of the fl step spent outside vendor kernels (reference vendor's
    kernel-time counter, an instrumentation symbol of that plugin only).
 """

@@ -13,11 +13,13 @@ of one session:
   one intra-op thread (OMP_NUM_THREADS=1, as torchrun sets), so each reference
   device has one host core.
 - equal / mixed: 2 ranks with fl:1 made `--slowdown` times slower by the
-  reference vendor (FL_REFERENCE_SLOWDOWN, README "Distributed training"): an
+  reference vendor (FL_REFERENCE_SLOWDOWN, docs/users/distributed.md): an
   equal split of each global batch, then `ThroughputSplit` (measured over the
   warm-up steps, rebalanced, with b_i/B-weighted losses): time per step.
 - allreduce: `dist.all_reduce` (float32, SUM) of 4 KB .. 16 MB on fl tensors
-  (host-staged Gloo) and on CPU tensors (Gloo alone): time and bus bandwidth.
+  (the fl group's default path: the plugin's collectives where every rank's plugin
+  offers them, else host-staged Gloo) and on CPU tensors (Gloo alone): time and bus
+  bandwidth.
 
 Progress goes to stderr; the results table (or one JSON object) to stdout.
 """

@@ -1,10 +1,10 @@
 """The runtime's host cost per op on real op mixes, beside native PyTorch, in one run.
 
-    python benchmarks/host_cost.py [--rounds 3] [--json out.json] [--png benchmarks/host_cost.png]
+    python benchmarks/host_cost.py [--rounds 3] [--json out.json] [--png docs/benchmarks/host_cost.png]
 
 One process loads two plugins: the reference vendor and the null plugin (the
 same sources with launches that return at once: benchmarks/null_plugin.py,
-built here with fl-sdk).  For each mix (the README CNN's training step, a tiny
+built here with fl-sdk).  For each mix (the example CNN's training step, a tiny
 GPT-2 training step with AdamW, a tiny Llama greedy decode loop with its KV cache, the tiny-op set
 of bench.py; a static-cache Llama decode and a chain of tiny ops) it measures, alternating rounds and
 keeping each one's best:
@@ -20,7 +20,7 @@ keeping each one's best:
   signature's first call goes, and the untimed column what a steady loop costs;
 - fl on the reference vendor: the end-to-end figure the targets name;
 - for the mixes whose builder takes `graph`, the same on the graph path: the model's forward (and the
-  loss) compiled with torch.compile(backend="fl") (README "Graph path"), the optimizer eager.
+  loss) compiled with torch.compile(backend="fl") (docs/users/graph-path.md), the optimizer eager.
 
 Per-op figures divide a step's time by the aten ops one step dispatches on the
 CPU (counted once with a TorchDispatchMode), the same denominator for every
@@ -84,7 +84,7 @@ def import_cost(runs: int = 3) -> dict:
 # (asynchronously on fl: the caller synchronizes).
 
 def _graph(fn, graph: bool):
-    """fn, or fn compiled for the graph path (torch.compile(backend="fl"); README "Graph path")."""
+    """fn, or fn compiled for the graph path (torch.compile(backend="fl"); docs/users/graph-path.md)."""
     import torch
     return torch.compile(fn, backend="fl") if graph else fn
 
@@ -216,7 +216,7 @@ MIXES = {"CNN train step": (cnn_mix, 5), "GPT-2 train step": (gpt2_mix, 5),
 
 def has_graph_variant(builder) -> bool:
     """Whether a mix's builder takes graph=True: such mixes are measured on the graph path
-    too (README "Graph path")."""
+    too (docs/users/graph-path.md)."""
     import inspect
     return "graph" in inspect.signature(builder).parameters
 
@@ -378,7 +378,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; each column keeps its best")
     parser.add_argument("--repeats", type=int, default=2000, help="calls per tiny-op timing")
     parser.add_argument("--json", help="also write the figures here")
-    parser.add_argument("--png", default=str(HERE / "host_cost.png"), help="the plot (default: %(default)s)")
+    parser.add_argument("--png", default=str(ROOT / "docs" / "benchmarks" / "host_cost.png"),
+                        help="the plot (default: %(default)s)")
     parser.add_argument("--mixes", nargs="*", help="only these mixes (names as printed)")
     parser.add_argument("--replot", metavar="JSON", help="only redraw the plot from a --json file")
     args = parser.parse_args()

@@ -1,4 +1,4 @@
-"""What `import torch_fl` and device discovery cost over `import torch` (BENCHMARKS.md, "import").
+"""What `import torch_fl` and device discovery cost over `import torch` (docs/benchmarks/index.md "Start-up").
 
     python benchmarks/import_cost.py [--runs 5] [--compare OTHER_CHECKOUT] [--json]
 
@@ -64,7 +64,7 @@ _BY_PATH = _CLOCK + _SINCE + textwrap.dedent("""
         spec.loader.exec_module(module)
         return module
     header = load("header")
-    region = header.cdef_region(open(os.path.join(sys.argv[1], "fl_sdk", "include", "fl_abi.h")).read())
+    region = header.read_cdef(os.path.join(sys.argv[1], "fl_sdk", "include", "fl_abi.h"))
 """)
 _HEADER_INLINE = _BY_PATH + textwrap.dedent("""
     t = clock()

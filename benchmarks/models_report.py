@@ -1,4 +1,4 @@
-"""Real models on fl vs the CPU: the "Models known to work" table (README).
+"""Real models on fl vs the CPU: the table of docs/users/models.md "Models known to work".
 
 Each case builds a tiny Hugging Face model (or nn.TransformerEncoder) from a config
 with random weights under a fixed seed (no download), trains it a few steps with

@@ -1,4 +1,4 @@
-"""Vendor launches per optimizer step on a small model (BENCHMARKS.md, "Optimizer steps").
+"""Vendor launches per optimizer step on a small model (docs/benchmarks/index.md "Optimizer steps").
 
 Counts what one `opt.step()` dispatches on fl:0 (tools.op_stats: native launches and
 fallback calls), after a first step so the optimizer state exists, for each optimizer

@@ -1,4 +1,4 @@
-"""Start-up cost of the isolated plugin probe (README "Isolated probing").
+"""Start-up cost of the isolated plugin probe (docs/operators/plugins.md "Isolated probing").
 
     python benchmarks/probe_startup.py [--runs 5] [--json]
 

@@ -6,8 +6,8 @@ Times, on the null plugin (benchmarks/null_plugin.py: launches return at once), 
 `torch.add(a, b)` on 4x4 fl tensors alone in a loop, and the whole call beside native
 PyTorch's.  Thread-CPU µs per call, best of 7 rounds.  The parts are those
 Launcher._run_program runs; their sum falls short of the whole by the Python glue between
-them (argument lists, checks, accounting), which the last line reports.  BENCHMARKS.md
-("Where a steady-state `torch.add` spends its time now") quotes it.
+them (argument lists, checks, accounting), which the last line reports.  docs/benchmarks/index.md
+"Where a tiny op's time goes" quotes it.
 
 The compiled helpers (fl_runtime/compiled.py) run where built; TORCH_FL_PURE_PYTHON=1 times
 their Python versions instead, and the first line says which ran.

@@ -60,7 +60,8 @@ class Tally:
                 self.errors.append(f"{what}: {bad} wrong value(s)")
 
 
-def _worker(index: int, clock: dict, tally: Tally, start: threading.Barrier, warm: threading.Barrier) -> None:
+def _worker(index: int, clock: dict, tally: Tally, start: threading.Barrier, warm: threading.Barrier,
+            empty_cache_rate: float) -> None:
     rng = random.Random(1234 + index)
     home, away = index % 2, 1 - index % 2
     streams = {home: torch.fl.Stream(f"fl:{home}"), away: torch.fl.Stream(f"fl:{away}")}
@@ -70,7 +71,7 @@ def _worker(index: int, clock: dict, tally: Tally, start: threading.Barrier, war
         first = True
         while first or time.monotonic() < clock["deadline"]:
             try:
-                _step(rng, home, away, streams, kept, tally)
+                _step(rng, home, away, streams, kept, tally, empty_cache_rate)
             except Exception:   # noqa: BLE001 - counted and reported, the soak goes on
                 tally.errors.append(traceback.format_exc(limit=4))
             tally.steps += 1
@@ -81,7 +82,8 @@ def _worker(index: int, clock: dict, tally: Tally, start: threading.Barrier, war
                 return
 
 
-def _step(rng: random.Random, home: int, away: int, streams: dict, kept: list, tally: Tally) -> None:
+def _step(rng: random.Random, home: int, away: int, streams: dict, kept: list, tally: Tally,
+          empty_cache_rate: float) -> None:
     n = rng.choice((1, 7, 64, 1000, 4096, 33_000))
     host = torch.randn(n, 4)
     if torch.fl.current_device() != home:
@@ -89,7 +91,7 @@ def _step(rng: random.Random, home: int, away: int, streams: dict, kept: list, t
         tally.errors.append(f"current_device {torch.fl.current_device()} != {home} inside torch.fl.device({home})")
     with torch.fl.stream(streams[home]):
         # Tensor.to("fl") without an index cannot follow the thread's device (PyTorch asks its
-        # Python device guard, which always says 0: README "Threads"); factories can.
+        # Python device guard, which always says 0: docs/users/devices.md "Threads"); factories can.
         x = host.to(f"fl:{home}")
         ones = torch.ones(n, 4, device="fl")     # "fl": this thread's current device
         if ones.device.index != home:
@@ -127,19 +129,19 @@ def _step(rng: random.Random, home: int, away: int, streams: dict, kept: list, t
         tally.check(t.cpu(), twin, "a tensor kept alive across steps", t_tol)
     if rng.random() < 0.05:
         torch.fl.synchronize(home)
-    if rng.random() < 0.01:       # blocks other threads freed go back to the vendor meanwhile
+    if rng.random() < empty_cache_rate:   # blocks other threads freed go back to the vendor meanwhile
         torch.fl.empty_cache()
 
 
-def run(seconds: float, threads: int) -> dict:
+def run(seconds: float, threads: int, empty_cache_rate: float = 0.01) -> dict:
     """Run the soak; returns the merged figures."""
     tallies = [Tally() for _ in range(threads)]
     clock: dict = {}
     start = threading.Barrier(threads + 1)
     warm = threading.Barrier(threads, action=lambda: clock.update(began=time.monotonic(),
                                                                    deadline=time.monotonic() + seconds))
-    workers = [threading.Thread(target=_worker, args=(i, clock, tallies[i], start, warm), daemon=True)
-               for i in range(threads)]
+    workers = [threading.Thread(target=_worker, args=(i, clock, tallies[i], start, warm, empty_cache_rate),
+                                daemon=True) for i in range(threads)]
     for w in workers:
         w.start()
     start.wait()
@@ -164,14 +166,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--threads", type=int, default=6)
+    parser.add_argument("--empty-cache-rate", type=float, default=0.01,
+                        help="chance per step that a thread empties the cache while the others work")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     opts = parser.parse_args()
     if torch.fl.device_count() < 2:
         raise SystemExit("soak_threads needs two fl devices (FL_REFERENCE_DEVICES=2, the default)")
-    # One worker queue per fl device is not available to PyTorch's autograd engine (README,
-    # "Status and known limits"); this soak does no backward, but keep it single-threaded anyway.
+    # One worker queue per fl device is not available to PyTorch's autograd engine
+    # (docs/users/limits.md "Autograd and threads"); this soak does no backward, but keep it single-threaded anyway.
     torch.autograd.set_multithreading_enabled(False)
-    report = run(opts.seconds, opts.threads)
+    report = run(opts.seconds, opts.threads, opts.empty_cache_rate)
     if opts.json:
         print(json.dumps(report))
     else:
