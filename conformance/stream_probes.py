@@ -366,3 +366,72 @@ def rerecorded_event_moves(dev: Device, busy: Busy, a, b, target: int, rounds: i
         dev.synchronize(b)
         events.destroy()
 
+
+
+# ---- a record is work of its stream -------------------------------------------------
+
+# The window a plugin can get wrong is a few instructions wide: a reference-vendor mutant
+# with it (tests/test_conformance_mutants.py) answered stale in 1 to 150 of 5,000 rounds, so
+# the probe runs at least this many rounds and at least this long.
+COMPLETION_ROUNDS = 5000
+COMPLETION_SECONDS = 1.0
+SPIN_LIMIT_S = 10.0
+
+
+def _complete_by(dev: Device, how: str, event, b) -> None:
+    """Learn, as a runtime would, that `event` is complete."""
+    if how == "stream b waited it":
+        dev.check(dev.api.stream_wait_event(b, event), "stream_wait_event")
+        dev.synchronize(b)
+    elif how == "event_synchronize":
+        dev.check(dev.api.event_synchronize(event), "event_synchronize")
+    else:
+        deadline = time.perf_counter() + SPIN_LIMIT_S
+        while _query(dev, event) != STATUS["FL_SUCCESS"]:
+            if time.perf_counter() > deadline:
+                raise OrderingError(f"event_query stayed FL_NOT_READY for {SPIN_LIMIT_S:.0f} s on an event "
+                                    "recorded on an idle stream")
+
+
+COMPLETION_WAYS = ("stream b waited it", "event_synchronize", "event_query")
+
+
+def completed_record_completes_its_stream(dev: Device, a, b, target: int, rounds: int = COMPLETION_ROUNDS,
+                                          seconds: float = COMPLETION_SECONDS) -> None:
+    """fl_abi.h ADDRESSES: an event record is work of its stream, so once the last thing
+    enqueued on stream a is a record known complete, stream_query(a) is FL_SUCCESS.  PyTorch's
+    `b.wait_event(a.record_event()); b.synchronize(); a.query()` relies on it.  A plugin that
+    marks the event complete before its queue moves past the record answers FL_NOT_READY now
+    and then (the reference vendor once did in 452 of 3,000 tries), so each of the three ways
+    of learning completion is tried for `rounds` rounds and `seconds` at least, half of the
+    rounds with a small memset ahead of the record so the stream's worker, if it has one, is
+    awake."""
+    events = Events(dev)
+    stale = dict.fromkeys(COMPLETION_WAYS, 0)
+    try:
+        until, i = time.perf_counter() + seconds, 0
+        while i < rounds or time.perf_counter() < until:
+            how = COMPLETION_WAYS[i % len(COMPLETION_WAYS)]
+            if (i // len(COMPLETION_WAYS)) % 2:
+                dev.memset(a, target, 0, NEW, PROBE_BYTES)
+            event = events.record(a)
+            _complete_by(dev, how, event, b)
+            if _query(dev, event) != STATUS["FL_SUCCESS"]:
+                raise OrderingError(f"event_query is FL_NOT_READY after the host learned by {how} that the "
+                                    "event is complete")
+            status = dev.api.stream_query(a)
+            if status not in (STATUS["FL_SUCCESS"], STATUS["FL_NOT_READY"]):
+                raise OrderingError(f"stream_query returned {status_name(status)}: {dev.message() or '(no message)'}")
+            stale[how] += status == STATUS["FL_NOT_READY"]
+            events.destroy()
+            i += 1
+        if any(stale.values()):
+            counts = ", ".join(f"{n} after {how}" for how, n in stale.items() if n)
+            raise OrderingError(
+                f"stream_query answered FL_NOT_READY on a stream whose last enqueued work, an event record, "
+                f"was complete, in {sum(stale.values())} of {i} rounds ({counts}): complete the record and "
+                "move the stream's queue past it in one step (fl_abi.h ADDRESSES)")
+    finally:
+        dev.synchronize(a)
+        dev.synchronize(b)
+        events.destroy()

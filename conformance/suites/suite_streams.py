@@ -9,7 +9,8 @@ knows which results are guaranteed: every read is checked once the host
 knows it ran.  Conflicting accesses are ordered the way a correct runtime
 would, through events, so nothing the model checks is a race: FIFO per
 stream, "a stream that waited an event sees everything before the record",
-"synchronize means done" and consistent event timings all follow.
+"synchronize means done", "a stream whose last work is a completed record
+is done" and consistent event timings all follow.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from fl_runtime.ops.schema import compile_plan
 from conformance import statuses
 from conformance.harness import (STATUS, Declined, Device, DeviceTensor, KernelEntry, kernel_entries, launch,
                                  status_name, storage_bytes)
-from conformance.stream_probes import (BEHIND, CHUNK, KINDS, PROBE_BYTES, Buffers, elapsed_time_is_plausible,
+from conformance.stream_probes import (BEHIND, CHUNK, KINDS, PROBE_BYTES, Buffers,
+                                       completed_record_completes_its_stream, elapsed_time_is_plausible,
                                        kind_is_ordered, measure_busy, one_stream_is_fifo,
                                        query_is_not_ready_behind_busy_work, rerecorded_event_moves,
                                        WorkRunsAtEnqueue,
@@ -67,6 +69,7 @@ class StreamModel(RuleBasedStateMachine):
         self.clock = [[0] * STREAMS for _ in range(STREAMS)]   # what each stream's next op is ordered after
         self.host = [0] * STREAMS                              # what the host knows has run
         self.recorded: dict = {}                               # event -> (stream, clock) of its latest record
+        self.tail_record: list = [None] * STREAMS              # a record's clock while it is its stream's last work
         self.live_events: list = []
         self.helpers: list = []                                # events the model uses to order accesses
         self.pending: list = []                                # (stream, clock, host buffer, expected, what)
@@ -78,6 +81,7 @@ class StreamModel(RuleBasedStateMachine):
     # -- the model ---------------------------------------------------------------
     def _enqueue(self, s: int) -> list[int]:
         """Advance stream s's clock for one new op; returns the op's clock."""
+        self.tail_record[s] = None
         self.clock[s] = _join(self.clock[s], self.host)
         self.clock[s][s] += 1
         return list(self.clock[s])
@@ -113,9 +117,11 @@ class StreamModel(RuleBasedStateMachine):
     def _record(self, event, s: int) -> None:
         self.device.check(self.device.api.event_record(event, self.streams[s]), "event_record")
         self.recorded[event] = (s, self._enqueue(s))
+        self.tail_record[s] = self.recorded[event][1]
 
     def _wait(self, s: int, event) -> None:
         self.device.check(self.device.api.stream_wait_event(self.streams[s], event), "stream_wait_event")
+        self.tail_record[s] = None
         if event in self.recorded:
             self.clock[s] = _join(self.clock[s], self.recorded[event][1])
 
@@ -218,6 +224,10 @@ class StreamModel(RuleBasedStateMachine):
     def query_stream(self, s) -> None:
         status = self.device.api.stream_query(self.streams[s])
         assert status in (STATUS["FL_SUCCESS"], STATUS["FL_NOT_READY"]), f"stream_query: {status_name(status)}"
+        tail = self.tail_record[s]
+        assert status == STATUS["FL_SUCCESS"] or tail is None or not self._known_done((s, tail)), \
+            "stream_query says NOT_READY for a stream whose last work, an event record, is known complete " \
+            "(fl_abi.h ADDRESSES: an event record is work of its stream)"
         if status == STATUS["FL_SUCCESS"]:
             self._learn(self.clock[s])
 
@@ -401,3 +411,8 @@ def test_event_query_is_not_ready_behind_busy_work(device, probe):
 def test_rerecorded_event_moves_what_waits_wait_for(device, probe):
     busy, a, b, target = probe
     rerecorded_event_moves(device, busy, a, b, target)
+
+
+def test_a_completed_record_completes_its_stream(device, probe):
+    _, a, b, target = probe
+    completed_record_completes_its_stream(device, a, b, target)
