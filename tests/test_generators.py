@@ -4,7 +4,8 @@ With the native bridge `torch.Generator(device="fl:N")` is a device generator: a
 pair random kernels draw from at counter offset + i, the same kind as each device's default
 generator, so a generator seeded s draws what the default generator draws after
 torch.fl.manual_seed(s).  A random op without a vendor kernel runs on the CPU with a CPU
-generator seeded from counters the fl generator reserves: reproducible, and it advances.
+generator seeded from counters the fl generator reserves (the device's default one when none
+is passed, on both routes): reproducible, it advances, and the CPU's own stream is untouched.
 diffusers hands every pipeline a list of such generators, one per sample.
 
 An explicit CPU generator passed to a random op on fl is honoured on both routes: the op runs
@@ -147,6 +148,62 @@ def test_an_fl_generator_after_a_generator_less_call_of_the_same_signature(fl):
     x.uniform_()
     x.uniform_(generator=_fl_generator(3))
     assert torch.equal(x.cpu(), torch.empty(6, device="fl:0").uniform_(generator=_fl_generator(3)).cpu())
+
+
+def _default_draws(name: str, device: str, cpu_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two draws after torch.manual_seed(cpu_seed) then torch.fl.manual_seed_all(21) (the latter
+    overrides what the former gave fl); also checks the CPU's generator was left alone."""
+    torch.manual_seed(cpu_seed)
+    torch.fl.manual_seed_all(21)
+    cpu_state = torch.get_rng_state()
+    draws = tuple(ON_THE_CPU[name](None, device).cpu() for _ in range(2))
+    assert torch.equal(torch.get_rng_state(), cpu_state), f"{name} on {device} drew from the CPU's generator"
+    return draws
+
+
+@pytest.mark.parametrize("name", ON_THE_CPU)
+@pytest.mark.parametrize("device", ["fl:0", "fl:1"])
+def test_a_random_op_without_a_kernel_draws_from_the_device_generator(fl, name, device):
+    """As with a CUDA device: torch.fl.manual_seed(_all) governs every random op on fl, also one the
+    CPU fallback runs, whatever the CPU's generator was seeded with, and leaves the CPU's stream
+    to the CPU's own code (a DataLoader's shuffle)."""
+    first = _default_draws(name, device, cpu_seed=0)
+    again = _default_draws(name, device, cpu_seed=99)
+    assert all(torch.equal(x, y) for x, y in zip(first, again))
+    assert not torch.equal(first[0], first[1])                     # the device's stream advanced
+
+
+@pytest.mark.parametrize("name", ON_THE_CPU)
+def test_set_rng_state_replays_a_random_op_without_a_kernel(fl, name):
+    """Resuming from a checkpoint that saved torch.fl.get_rng_state() draws the same values."""
+    torch.fl.manual_seed(3)
+    ON_THE_CPU[name](None, "fl:1")
+    state = torch.fl.get_rng_state(1)
+    expected = ON_THE_CPU[name](None, "fl:1").cpu()
+    torch.manual_seed(1234)                                       # the CPU's stream moves on meanwhile
+    torch.fl.set_rng_state(state, 1)
+    assert torch.equal(ON_THE_CPU[name](None, "fl:1").cpu(), expected)
+
+
+def test_a_random_op_without_a_kernel_draws_from_the_device_generator_on_the_python_route(python):
+    result = python("""
+        import warnings
+        import torch, torch_fl
+        warnings.simplefilter("ignore")
+        draws = []
+        for cpu_seed in (0, 99):
+            torch.manual_seed(cpu_seed)
+            torch.fl.manual_seed_all(21)
+            cpu_state = torch.get_rng_state()
+            draws.append(torch.randperm(50, device="fl:1").cpu())
+            assert torch.equal(torch.get_rng_state(), cpu_state)
+        state = torch.fl.get_rng_state(1)
+        expected = torch.randint(0, 1000, (20,), device="fl:1").cpu()
+        torch.fl.set_rng_state(state, 1)
+        print("governed:", torch.equal(*draws), "replayed:",
+              torch.equal(torch.randint(0, 1000, (20,), device="fl:1").cpu(), expected))
+    """, env=PYTHON_ROUTE)
+    assert result.returncode == 0 and "governed: True replayed: True" in result.stdout, result.stderr
 
 
 def test_two_threads_drawing_from_one_generator_never_draw_the_same_counters(fl):

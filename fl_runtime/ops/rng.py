@@ -10,6 +10,7 @@ random ops from drawing the same counters (identical "random" values).
 """
 from __future__ import annotations
 
+import functools
 import struct
 import threading
 
@@ -82,14 +83,47 @@ class DeviceRNG:
             self._seeds[index], self._offsets[index] = seed, offset
 
 
-def cpu_stand_in(take, generator: torch.Generator) -> torch.Generator:
-    """A CPU generator for an op that runs on the CPU (the CPU fallback) with an fl generator,
-    which PyTorch's CPU kernels refuse.  It is seeded from the counters `take(numel, generator)`
-    reserves from the fl generator: the values follow that generator's seed and the sequence of
+def cpu_stand_in(take, generator: torch.Generator | None) -> torch.Generator:
+    """A CPU generator for an op that runs on the CPU (the CPU fallback) with an fl generator
+    (None: the device's default one), which PyTorch's CPU kernels refuse.  It is seeded from the
+    counters `take(numel, generator)` reserves from the fl generator: the values follow that generator's seed and the sequence of
     random ops (reproducible, never drawn twice, safe under threads, as `take` is), and the fl
     generator advances as if a kernel had drawn.  They are not what a vendor kernel would draw."""
     seed, offset = take(STAND_IN_COUNTERS, generator)
     return torch.Generator().manual_seed(_splitmix64(seed ^ _splitmix64(offset)))
+
+
+@functools.lru_cache(maxsize=None)
+def generator_argument(op: torch._ops.OpOverload) -> tuple[int | None, str] | None:
+    """Where `op` takes its Generator: (position, or None when keyword-only; name), or None
+    for an op without one."""
+    for position, argument in enumerate(op._schema.arguments):
+        if str(argument.type) == "Optional[Generator]":
+            return (None if argument.kwarg_only else position), argument.name
+    return None
+
+
+def stand_ins_for_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict, take) -> tuple[tuple, dict]:
+    """The arguments of a random op about to run on the CPU (the CPU fallback), whose kernels
+    take CPU generators only.  Its generator becomes a cpu_stand_in drawn through `take` from
+    the explicit fl generator passed or, with none, from the device's default generator, so
+    torch.fl.manual_seed and set_rng_state govern it as they govern a vendor kernel
+    (docs/users/devices.md "Random numbers").  An explicit CPU generator stays: the op draws
+    on its own device with it, as its seed asks."""
+    where = generator_argument(op)
+    if where is None:
+        return args, kwargs
+    position, name = where
+    if position is not None and position < len(args):
+        if not _on_cpu(args[position]):
+            args = (*args[:position], cpu_stand_in(take, args[position]), *args[position + 1:])
+    elif not _on_cpu(kwargs.get(name)):
+        kwargs = {**kwargs, name: cpu_stand_in(take, kwargs.get(name))}
+    return args, kwargs
+
+
+def _on_cpu(generator: torch.Generator | None) -> bool:
+    return generator is not None and generator.device.type == "cpu"
 
 
 def _splitmix64(value: int) -> int:

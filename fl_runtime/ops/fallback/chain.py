@@ -27,7 +27,7 @@ from fl_runtime.logs import logger
 from fl_runtime.ops import accounting
 from fl_runtime.ops.fallback import generic
 from fl_runtime.ops.fallback.cpu import cpu_fallback, has_cpu_kernel, is_view_op
-from fl_runtime.ops.rng import cpu_stand_in
+from fl_runtime.ops.rng import stand_ins_for_cpu
 from fl_runtime.ops.schema import numbers_as_tensors, tensor_slots
 
 UNSUPPORTED = "unsupported"
@@ -173,21 +173,10 @@ class FallbackChain:
 
     def _cpu(self, op, args: tuple, kwargs: dict, device_index: int, why: str | None = None):
         start = time.perf_counter_ns()
-        args, kwargs = self._generators_for_cpu(args, kwargs, device_index)
+        args, kwargs = stand_ins_for_cpu(op, args, kwargs, self.launcher.rt.rng.taker(device_index))
         result, nbytes = cpu_fallback(op, args, kwargs, device_index, why)
         self._account(op.name(), accounting.CPU, start, nbytes)
         return result
-
-    def _generators_for_cpu(self, args: tuple, kwargs: dict, device_index: int) -> tuple[tuple, dict]:
-        """An fl generator (torch.Generator(device="fl"), native bridge) replaced by a CPU one
-        drawn from it (ops/rng.py, cpu_stand_in): PyTorch's CPU kernels take CPU generators only."""
-        def on_cpu(value):
-            if isinstance(value, torch.Generator) and value.device.type != "cpu":
-                return cpu_stand_in(self.launcher.rt.rng.taker(device_index), value)
-            return value
-        if not any(isinstance(v, torch.Generator) for v in (*args, *kwargs.values())):
-            return args, kwargs
-        return tuple(map(on_cpu, args)), {name: on_cpu(value) for name, value in kwargs.items()}
 
     @staticmethod
     def _account(name: str, path: str, start_ns: int, nbytes: int) -> None:
