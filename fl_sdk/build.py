@@ -4,13 +4,22 @@ plugin.yaml names the library, its C sources (globs, relative to the plugin
 directory), extra compiler flags and well-known libraries to link
 ('openblas' resolves to the scipy-openblas32 package).  Everything compiles
 with -Wall -Wextra -Werror against the SDK's headers (fl_sdk/include: fl_abi.h,
-fl_kernel.h), with the plugin's `src/` directory on the include path.
+fl_kernel.h), with the plugin's `src/` directory on the include path.  A change
+to any file under `src/` that is not a C source (headers, and files of other
+suffixes a source includes, such as kernel code in another language) rebuilds
+every source.
 
 Keys:
   library        the shared library to write, relative to the plugin directory
   sources        globs of C sources, relative to the plugin directory
   cflags         extra compiler flags (optional)
-  link           well-known libraries to link: openblas, m, dl, rt (optional)
+  link           libraries to link (optional): `openblas` (scipy-openblas32, its
+                 include directory and run paths too), or any system or vendor
+                 library by the name `-l` takes (`m`, `dl`, `OpenCL`, `acme_driver`)
+  link_dirs      directories that `link` libraries live in (optional; relative to
+                 the plugin directory or absolute): searched at link time and put
+                 on the library's run path, so a vendor driver library outside the
+                 system's paths is found when the plugin loads
   sdk_libraries  SDK libraries compiled into the plugin with its own flags
                  (optional): `kernel` is the kernel library of fl_kernel.h
                  (fl_sdk/kernel_lib/: argument access, dtype conversion, type
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -63,6 +73,7 @@ class PluginSpec:
     cflags: list[str]
     links: list[str]
     sdk_libraries: tuple[str, ...] = ()
+    link_dirs: tuple[Path, ...] = ()
 
     @property
     def library_path(self) -> Path:
@@ -85,8 +96,28 @@ def read_spec(directory: Path) -> PluginSpec:
                          f"(known: {', '.join(SDK_LIBRARIES)})")
     libraries = _with_needed(listed)
     sources = list(raw["sources"]) + [str(SDK_LIBRARIES[name] / "*.c") for name in libraries]
-    return PluginSpec(directory, raw["library"], sources, list(raw.get("cflags", [])),
-                      list(raw.get("link", [])), libraries)
+    links = [str(name) for name in raw.get("link") or ()]
+    for name in links:
+        _check_link_name(name, spec_file)
+    return PluginSpec(directory, raw["library"], sources, list(raw.get("cflags", [])), links, libraries,
+                      tuple(_link_dir(directory, entry, spec_file) for entry in raw.get("link_dirs") or ()))
+
+
+# What `-l` takes: a library's name without `lib` and `.so` (never an option: no leading dash).
+_LINK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_+.-]*")
+
+
+def _check_link_name(name: str, spec_file: Path) -> None:
+    if not _LINK_NAME.fullmatch(name):
+        raise BuildError(f"{spec_file}: link: '{name}' is not a library name; write what follows -l "
+                         "(OpenCL for libOpenCL.so), and put its directory under link_dirs:")
+
+
+def _link_dir(directory: Path, entry: object, spec_file: Path) -> Path:
+    path = (directory / str(entry)).resolve()
+    if not path.is_dir():
+        raise BuildError(f"{spec_file}: link_dirs: '{entry}' is not a directory ({path})")
+    return path
 
 
 def _with_needed(listed: tuple[str, ...]) -> tuple[str, ...]:
@@ -128,9 +159,7 @@ def _link_flags(name: str) -> list[str]:
         # in pip's isolated build environment, whose lib_dir is gone after the build).
         return [f"-I{blas.get_include_dir()}", f"-L{lib_dir}", "-lscipy_openblas", f"-Wl,-rpath,{lib_dir}",
                 "-Wl,-rpath,$ORIGIN/../scipy_openblas32/lib"]
-    if name in ("m", "dl", "rt"):
-        return [f"-l{name}"]
-    raise BuildError(f"unknown library '{name}' in plugin.yaml link: (known: openblas, m, dl, rt)")
+    return [f"-l{name}"]
 
 
 def compiler() -> str:
@@ -194,17 +223,23 @@ def _flags(spec: PluginSpec, run_paths: tuple[str, ...]) -> tuple[list[str], lis
     """(compile flags, link flags): a linked library's include directory compiles too."""
     library_flags = [flag for name in spec.links for flag in _link_flags(name)]
     includes = [flag for flag in library_flags if flag.startswith("-I")]
-    links = [flag for flag in library_flags if not flag.startswith("-I")]
+    links = [flag for directory in spec.link_dirs for flag in (f"-L{directory}", f"-Wl,-rpath,{directory}")]
+    links += [flag for flag in library_flags if not flag.startswith("-I")]
     links += [f"-Wl,-rpath,{path}" for path in run_paths]
     compile_flags = [*COMPILE_FLAGS, *spec.cflags, f"-I{INCLUDE_DIR}", f"-I{spec.directory / 'src'}", *includes]
     return compile_flags, [*links, "-lm"]
 
 
 def _headers(spec: PluginSpec) -> tuple[Path, ...]:
-    """Every header a source may include from the plugin or the SDK (headers of system and
-    third-party libraries are taken as fixed: `fl-sdk build --force` after upgrading one)."""
+    """Every file a source may include from the plugin or the SDK: headers, and any file
+    under the plugin's `src/` that is not a C source (headers of system and third-party
+    libraries are taken as fixed: `fl-sdk build --force` after upgrading one)."""
     roots = [spec.directory, INCLUDE_DIR, *(SDK_LIBRARIES[name] for name in spec.sdk_libraries)]
-    return tuple(sorted({h.resolve() for root in roots for h in root.rglob("*.h")}))
+    found = {h.resolve() for root in roots for h in root.rglob("*.h")}
+    src = spec.directory / "src"
+    if src.is_dir():
+        found |= {f.resolve() for f in src.rglob("*") if f.is_file() and f.suffix != ".c"}
+    return tuple(sorted(found))
 
 
 def _write_metadata(spec: PluginSpec, library: Path) -> None:

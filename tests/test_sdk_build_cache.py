@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -29,8 +30,9 @@ def make_plugin(root: Path, answer: str = ANSWER, header: str = HEADER) -> Path:
 
 
 def answer_of(library: Path) -> int:
-    # A copy per load: dlopen of a path already loaded returns the first library.
-    copy = library.with_name(f"{library.stem}-{library.stat().st_mtime_ns}.so")
+    # A copy per load: dlopen of a path already loaded returns the first library (and
+    # overwriting a loaded copy would crash the process that mapped it).
+    copy = library.with_name(f"{library.stem}-{uuid.uuid4().hex}.so")
     shutil.copy(library, copy)
     return ctypes.CDLL(str(copy)).answer()
 
@@ -80,3 +82,13 @@ def test_a_compile_error_names_the_source_and_leaves_no_library(tmp_path, cache)
         build(plugin)
     assert not (plugin / "libtiny.so").exists()
     assert not list(cache.glob("*.partial"))
+
+
+def test_a_change_to_an_included_file_of_another_suffix_rebuilds(tmp_path, cache):
+    """Kernel code in another language travels as an included file (plugins/opencl's
+    `*.cl` programs): its change must rebuild, though it is no `.h`."""
+    plugin = make_plugin(tmp_path / "a", answer='#include "tiny.h"\nint answer(void) {\n#include "factor.inc"\n}\n')
+    (plugin / "src" / "factor.inc").write_text("return 7 * twice(2);\n")
+    assert answer_of(build(plugin)) == 28
+    (plugin / "src" / "factor.inc").write_text("return 9 * twice(2);\n")
+    assert answer_of(build(plugin)) == 36
