@@ -661,3 +661,52 @@ def test_scaled_mm_on_the_cpu_divides_by_scale_result_only_with_a_bias():
                             out_dtype=torch.float8_e4m3fn)[0, 0].float().item() == 4.0     # 17 / 4, rounded
     for kwargs, wide in ((dict(scale_result=four), 16.0), (dict(bias=bias, scale_result=four), 4.25)):
         assert scaled_mm_reference(a.double(), b.double(), one, one, **kwargs)[0, 0].item() == wide
+
+
+class _CappedDevice:
+    """A stand-in device for suite_memory's out-of-memory check: `total` bytes, one allocation
+    at most `cap` bytes (OpenCL's CL_DEVICE_MAX_MEM_ALLOC_SIZE), as fl_abi.h's statuses say."""
+    alignment, index = 256, 0
+
+    def __init__(self, total: int, cap: int, oom_status: str = "FL_ERROR_OUT_OF_MEMORY") -> None:
+        from conformance.harness import STATUS
+        self.total, self.cap, self.used, self.live, self.last, self.next = total, cap, 0, {}, "", 4096
+        self.status, self.oom_status = STATUS, oom_status
+        self.api = self
+
+    def memory_info(self) -> tuple[int, int]:
+        return self.total - self.used, self.total
+
+    def fl_malloc(self, index: int, size: int, flags: int, out) -> int:
+        if size > self.cap:
+            self.last = f"{size} bytes is more than one buffer may hold"
+            return self.status["FL_ERROR_INVALID_SIZE"]
+        if size > self.total - self.used:
+            self.last = f"out of memory: {size} bytes asked, {self.total - self.used} free"
+            return self.status[self.oom_status]
+        self.used += size
+        out[0], self.next = self.next, self.next + size
+        self.live[out[0]] = size
+        return self.status["FL_SUCCESS"]
+
+    def free(self, ptr: int) -> None:
+        self.used -= self.live.pop(ptr)
+
+    def message(self) -> str:
+        return self.last
+
+
+@pytest.mark.parametrize("cap", [10 << 20, 3 << 20, 100 << 10])
+def test_the_out_of_memory_check_fills_a_device_that_caps_one_allocation(cap):
+    from conformance.suites.suite_memory import test_out_of_memory_is_a_status_not_a_crash as check
+    device = _CappedDevice(10 << 20, cap)
+    check(device)
+    assert device.used == 0 and not device.live
+
+
+def test_the_out_of_memory_check_fails_a_device_that_never_says_out_of_memory():
+    from conformance.suites.suite_memory import test_out_of_memory_is_a_status_not_a_crash as check
+    device = _CappedDevice(10 << 20, 3 << 20, oom_status="FL_ERROR_DRIVER")
+    with pytest.raises(AssertionError, match="returned FL_ERROR_DRIVER, expected FL_ERROR_OUT_OF_MEMORY"):
+        check(device)
+    assert device.used == 0 and not device.live
