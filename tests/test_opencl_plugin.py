@@ -112,15 +112,32 @@ def _clinfo() -> dict[str, str]:
     return props
 
 
+# PoCL's CPU device sizes its global memory from the host's memory when the driver starts in
+# a process (seen on one host within minutes: 21.03, 21.97 and 23.13 GB), so the
+# plugin's total_memory is checked against the driver's answer in the same process, through the
+# same ICD loader, not against another process's (clinfo's, or a second start's).
 DEVICES = """
-    import json, torch_fl
-    print(json.dumps([d for d in torch_fl.list_devices()]))
+    import ctypes, json, torch_fl
+    devices = torch_fl.list_devices()
+    cl = ctypes.CDLL("libOpenCL.so.1")
+    cl.clGetDeviceIDs.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_void_p]
+    cl.clGetDeviceInfo.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
+    platform, device, size = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
+    assert cl.clGetPlatformIDs(1, ctypes.byref(platform), None) == 0
+    assert cl.clGetDeviceIDs(platform, 0xFFFFFFFF, 1, ctypes.byref(device), None) == 0         # CL_DEVICE_TYPE_ALL
+    assert cl.clGetDeviceInfo(device, 0x101F, 8, ctypes.byref(size), None) == 0             # GLOBAL_MEM_SIZE
+    print(json.dumps({"devices": devices, "global_mem_size": size.value}))
 """
 
 
+def _without_memory(devices: list[dict]) -> list[dict]:
+    return [{k: v for k, v in d.items() if k != "total_memory" or d["type"] != "opencl"} for d in devices]
+
+
 def test_every_opencl_device_is_listed_with_the_drivers_facts_and_a_stable_index(run):
-    first, second = (_json_tail(run(DEVICES)) for _ in range(2))
-    assert first == second                                  # the same index and uuid on every start
+    (first, memory), (second, _) = ((r["devices"], r["global_mem_size"]) for r in
+                                    (_json_tail(run(DEVICES)) for _ in range(2)))
+    assert _without_memory(first) == _without_memory(second)     # the same index and uuid on every start
     opencl = [d for d in first if d["type"] == "opencl"]
     assert opencl and all(d["plugin_path"] == str(LIBRARY) for d in opencl)
     assert [d["type"] for d in first] == sorted(d["type"] for d in first)   # by type: opencl before reference
@@ -129,7 +146,7 @@ def test_every_opencl_device_is_listed_with_the_drivers_facts_and_a_stable_index
     assert device["name"] == props["CL_DEVICE_NAME"][:63]
     assert device["vendor"] == props["CL_DEVICE_VENDOR"][:63]
     assert device["driver_version"] == props["CL_DRIVER_VERSION"]
-    assert device["total_memory"] == int(props["CL_DEVICE_GLOBAL_MEM_SIZE"].split()[0])
+    assert device["total_memory"] == memory > 0
     assert device["uuid"].startswith("ocl-")
     cli = run("from fl_runtime.tools.cli import main; main(['devices'])")
     assert cli.returncode == 0 and "opencl" in cli.stdout and str(LIBRARY) in cli.stdout, cli.stderr[-2000:]
