@@ -75,3 +75,19 @@ def test_a_link_dir_that_does_not_exist_is_refused(tmp_path):
     plugin = make_plugin(tmp_path / "plugin", "link: [acme_driver]\nlink_dirs: [/nonexistent/acme/lib]\n")
     with pytest.raises(BuildError, match="link_dirs: '/nonexistent/acme/lib' is not a directory"):
         build(plugin)
+
+
+def test_a_vendor_header_that_warns_builds_when_included_with_isystem(tmp_path):
+    """-Wall -Wextra -Werror hold for the plugin's code; a vendor's header that warns goes in
+    with -isystem (docs/vendors/quick-start.md "Building"), never by turning -Werror off."""
+    include = tmp_path / "opt" / "acme" / "include"
+    include.mkdir(parents=True)
+    (include / "acme.h").write_text("static int acme_unused(int x) { int y; return x; }\n")
+    source = '#include <acme.h>\nint answer(void) { return 4208; }\n'
+    warned = make_plugin(tmp_path / "with_I", f"cflags: [-I, {include}]\n")
+    (warned / "src" / "plugin.c").write_text(source)
+    with pytest.raises(BuildError, match="acme.h"):
+        build(warned)
+    quiet = make_plugin(tmp_path / "with_isystem", f"cflags: [-isystem, {include}]\n")
+    (quiet / "src" / "plugin.c").write_text(source)
+    assert ctypes.CDLL(str(build(quiet))).answer() == 4208

@@ -288,7 +288,8 @@ typedef enum fl_kernel_variant {
 typedef struct fl_kernel_entry {
     size_t struct_size;
     const char *op;           /* ATen overload it implements: "mm", "add.Tensor", "add_.Tensor" */
-    uint64_t dtypes;          /* mask of (1ull << fl_dtype) accepted for its floating/main tensors */
+    uint64_t dtypes;          /* mask of (1ull << fl_dtype): the runtime launches only calls whose
+                                 first tensor argument (schema order) has one of these dtypes */
     int32_t variant;          /* fl_kernel_variant */
     uint32_t flags;           /* reserved, 0 */
     const void *impl;         /* vendor-private; passed back to launch_kernel */

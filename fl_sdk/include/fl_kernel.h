@@ -81,8 +81,11 @@ typedef struct flk_kernel {
     const char *op;       /* ATen overload name, e.g. "add.Tensor" ("mm" for .default) */
     /* mask of FLK_DT(fl_dtype) accepted for the op's main tensor(s) (self /
      * input; for copy_ both sides); index and target tensors (max-pool
-     * indices, nll targets) are not part of it.  The runtime only dispatches
-     * declared dtypes, but a kernel re-checks what it reads (flk_check_dtype).
+     * indices, nll targets) are not part of it.  The runtime keys on the
+     * op's FIRST tensor argument in schema order (where.self: the bool
+     * condition, so declare bool there too) and dispatches only calls whose
+     * first tensor has a declared dtype; a kernel re-checks everything it
+     * reads (flk_check_dtype) and declines the rest.
      * 0 registers the kernel hidden: the table leaves it out. */
     uint64_t dtypes;
     int32_t variant;      /* fl_kernel_variant */
