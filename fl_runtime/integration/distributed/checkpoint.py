@@ -2,7 +2,9 @@
 
 A resumed run must continue as if it had never stopped, so a checkpoint holds
 everything the next step reads: the model and optimizer (the same on every rank
-under DDP: rank 0 writes them once), and per rank its random state (the CPU's,
+under DDP: rank 0 writes them once; sharded by FSDP2, every rank takes part in
+gathering them whole for rank 0 to write, and each rank takes its own shards back
+when loading), and per rank its random state (the CPU's,
 every fl device's, Python's `random`), its `ThroughputSplit` and the caller's
 data position.  Layout, one directory per step:
 
@@ -70,9 +72,11 @@ def save_checkpoint(directory: str | os.PathLike, step: int, *, model: torch.nn.
     _barrier(group)
     _atomic_save({"rng": _rng_state(), "split": split.state_dict() if split is not None else None,
                   "data_position": data_position}, path / f"rank-{rank}.pt")
+    sharded = _is_sharded(model)
+    if sharded or rank == 0:            # gathering a sharded model's state is a collective
+        model_state, optimizer_state = _whole_states(model, optimizer, sharded)
     if rank == 0:
-        _atomic_save({"step": step, "world": world, "model": _to_cpu(_unwrap(model).state_dict()),
-                      "optimizer": _to_cpu(optimizer.state_dict()) if optimizer is not None else None},
+        _atomic_save({"step": step, "world": world, "model": model_state, "optimizer": optimizer_state},
                      path / "state.pt")
     _barrier(group)                     # every rank's files are on disk before the checkpoint counts
     if rank == 0:
@@ -95,11 +99,9 @@ def load_checkpoint(directory: str | os.PathLike, *, model: torch.nn.Module,
         raise CheckpointError(f"checkpoint {path} was saved by {state['world']} ranks and this job has {world}; "
                               f"resume it with the same number of ranks (each rank's random state and split "
                               f"are its own)")
-    _unwrap(model).load_state_dict(state["model"])
-    if optimizer is not None:
-        if state["optimizer"] is None:
-            raise CheckpointError(f"checkpoint {path} holds no optimizer state; save it with optimizer=...")
-        optimizer.load_state_dict(state["optimizer"])      # moves each state tensor to its parameter's device
+    if optimizer is not None and state["optimizer"] is None:
+        raise CheckpointError(f"checkpoint {path} holds no optimizer state; save it with optimizer=...")
+    _load_whole_states(model, optimizer, state)
     mine = _load(path / f"rank-{rank}.pt")
     if split is not None:
         if mine["split"] is None:
@@ -107,6 +109,42 @@ def load_checkpoint(directory: str | os.PathLike, *, model: torch.nn.Module,
         split.load_state_dict(mine["split"])
     _set_rng_state(mine["rng"], path)
     return Resumed(step=state["step"], data_position=mine["data_position"], path=path)
+
+
+def _is_sharded(model: torch.nn.Module) -> bool:
+    """FSDP2 (`fully_shard`) holds each parameter as a DTensor: a rank has only its shard."""
+    from torch.distributed.tensor import DTensor
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def _whole_states(model: torch.nn.Module, optimizer, sharded: bool) -> tuple[dict, dict | None]:
+    """The model's and optimizer's whole state on the CPU (rank 0's copy is the one written).
+    A sharded model's is gathered by every rank (torch.distributed.checkpoint.state_dict);
+    its state_dict() alone would give each rank's shard, which loading would then put on
+    every rank: silently wrong weights where shards have one shape, an error where not."""
+    if not sharded:
+        return (_to_cpu(_unwrap(model).state_dict()),
+                _to_cpu(optimizer.state_dict()) if optimizer is not None else None)
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return (get_model_state_dict(model, options=options),
+            get_optimizer_state_dict(model, optimizer, options=options) if optimizer is not None else None)
+
+
+def _load_whole_states(model: torch.nn.Module, optimizer, state: dict) -> None:
+    """Each rank loads the whole state and keeps what it holds: all of it, or its shards."""
+    if not _is_sharded(model):
+        _unwrap(model).load_state_dict(state["model"])
+        if optimizer is not None:
+            optimizer.load_state_dict(state["optimizer"])      # moves each state tensor to its parameter's device
+        return
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, state["model"], options=options)
+    if optimizer is not None:
+        set_optimizer_state_dict(model, optimizer, state["optimizer"], options=options)
 
 
 def _step_dirs(directory: Path) -> list[Path]:
