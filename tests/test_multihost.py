@@ -39,10 +39,6 @@ from fl_sdk.build import compiler
 REFERENCE_LIB = ROOT / "reference_vendor" / "libfl_reference.so"
 TRAIN = ROOT / "tests" / "multihost_train.py"
 JOBS = ["ddp", "fsdp2"]            # strategies of multihost_train.py run across namespace hosts
-# Strategies the link-down fault is run for.  FSDP2 is not yet: the ranks of the host cut off
-# from the c10d store's host block in a store wait inside its first failing collective
-# instead of raising within the group's timeout (a known gap, docs/users/multi-host.md "Limits").
-FAULT_JOBS = ["ddp"]
 
 
 def _communicators(log: Path) -> dict[str, list[tuple[int, int, int]]]:
@@ -295,9 +291,11 @@ def _wait_for_files(directory: Path, pattern: str, count: int, limit: float, job
 
 @needs_netns
 def test_a_host_losing_its_network_mid_step_fails_every_rank_then_resumes(tmp_path, hosts, uninterrupted):
+    """Every strategy.  FSDP2's first all-reduce comes at the fault (its own collectives are
+    all-gathers and reduce-scatters), so the ranks cut off from the c10d store's host make their
+    vendor communicator then, and must fail that store wait within the group's timeout as DDP's
+    ranks fail their Gloo step; the restart resumes FSDP2's shards from the checkpoint."""
     strategy, reports, _ = uninterrupted
-    if strategy not in FAULT_JOBS:
-        pytest.skip(f"the link-down fault is not run for {strategy}: see FAULT_JOBS")
     out = tmp_path / "out"
     out.mkdir()
     job = hosts.torchrun(TRAIN, ["--out", str(out), "--ckpt", str(tmp_path / "ckpt"), "--strategy", strategy,

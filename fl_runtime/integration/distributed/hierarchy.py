@@ -36,6 +36,7 @@ from __future__ import annotations
 import concurrent.futures
 import datetime
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -45,7 +46,7 @@ from fl_runtime.integration.distributed.elastic import attempt_scope
 from fl_runtime.integration.distributed.hosts import HostLayout
 from fl_runtime.integration.distributed.reachability import Reachability
 from fl_runtime.integration.distributed.transport import HostGlooTransport
-from fl_runtime.integration.distributed.vendor import VendorCollectives
+from fl_runtime.integration.distributed.vendor import CommunicatorSetupError, VendorCollectives
 from fl_runtime.integration.distributed.work import CallSite, CollectiveError, FLWork, completable_future
 
 ENABLE_ENV = "TORCH_FL_HIERARCHICAL"
@@ -98,7 +99,7 @@ class HierarchicalAllReduce:
         local_ranks = layout.hosts[host]
         index = local_ranks.index(rank)
         local = VendorCollectives(dist.PrefixStore(f"{prefix}host-{host}/", store), index, len(local_ranks),
-                                  timeout, plugins)
+                                  timeout, plugins, setup_timeout=wire_timeout)
         cross = HostGlooTransport().connect(dist.PrefixStore(f"{prefix}index-{index}/", store), host,
                                             len(layout.hosts), wire_timeout, f"{group_name}/index-{index}")
         return cls(local, cross, reach, local_ranks, tuple(ranks[index] for ranks in layout.hosts), rank, size,
@@ -157,7 +158,7 @@ class HierarchicalAllReduce:
         if whole is not flat:
             whole[:n].copy_(flat)
         mine = torch.empty(block, dtype=t.dtype, device=t.device)
-        self._within_host(site, "reduce_scatter", self._local.reduce_scatter_into(mine, whole, plan.op))
+        self._within_host(site, "reduce_scatter", lambda: self._local.reduce_scatter_into(mine, whole, plan.op))
         host = mine.cpu()
         try:
             self._cross.allreduce([host], _allreduce_options(plan.op)).wait()
@@ -166,20 +167,23 @@ class HierarchicalAllReduce:
         if plan.average:
             host.div_(self._size)
         mine.copy_(host)
-        self._within_host(site, "all_gather", self._local.all_gather_into(whole, mine))
+        self._within_host(site, "all_gather", lambda: self._local.all_gather_into(whole, mine))
         if whole is not flat:
             flat.copy_(whole[:n])
             torch.fl.current_stream(t.device).synchronize()
 
-    def _within_host(self, site: CallSite, step: str, work: FLWork) -> None:
-        """Wait for a step within the host; its failure is the all-reduce's, peers named by global rank
-        (the vendor's message counts ranks within the host: local rank i is the host's i-th rank)."""
+    def _within_host(self, site: CallSite, step: str, run: Callable[[], FLWork]) -> None:
+        """Run a step within the host and wait for it; its failure is the all-reduce's, peers named by
+        global rank (the vendor's message counts ranks within the host: local rank i is the host's
+        i-th rank).  A communicator whose id never came from the store (on another host, perhaps
+        cut off) names every peer that does not answer, not only this host's."""
         try:
-            work.wait()
+            run().wait()
         except CollectiveError as exc:
+            peers = None if isinstance(exc.__cause__, CommunicatorSetupError) else self._local_peers
             raise CollectiveError(site, f"within the host ({step}, ranks {', '.join(map(str, self._local_ranks))} "
                                   f"as local ranks 0..{len(self._local_ranks) - 1}): {exc.cause}",
-                                  self._reach.diagnose(self._local_peers)) from exc
+                                  self._reach.diagnose(peers)) from exc
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)

@@ -104,14 +104,24 @@ def _usable(device) -> bool:
         return False
 
 
+class CommunicatorSetupError(RuntimeError):
+    """A communicator's id did not come from the job's store in time (its host out of reach)."""
+
+
 class VendorCollectives:
-    """One process group's vendor path; `connect` returns None when the group has none."""
+    """One process group's vendor path; `connect` returns None when the group has none.
+
+    `setup_timeout`: how long a rank waits on the store for a communicator's id (default the
+    group's timeout).  Communicators are made on a device's first collective, possibly long
+    after the group, when the store's host may be gone: an unbounded store wait would hang
+    the collective instead of failing it within the group's timeout."""
 
     name = "vendor collectives"
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
-                 plugins: frozenset[str]) -> None:
+                 plugins: frozenset[str], setup_timeout: datetime.timedelta | None = None) -> None:
         self._store, self._rank, self._size, self._timeout = store, rank, size, timeout
+        self._setup_timeout = setup_timeout or timeout
         self.plugins = plugins
         self._lock = threading.Lock()
         self._comms: dict[int, Communicator] = {}
@@ -175,10 +185,36 @@ class VendorCollectives:
                 key = f"uid/{device.plugin.name}/{len(self._comms)}"     # the k-th communicator of every rank
                 if self._rank == 0:
                     self._store.set(key, unique_id(device))
-                uid = self._store.get(key)
+                uid = self._communicator_id(key)
                 timeout_ms = int(self._timeout.total_seconds() * 1000)
                 comm = self._comms[device.index] = Communicator(device, uid, self._rank, self._size, timeout_ms)
             return comm
+
+    def _communicator_id(self, key: str) -> bytes:
+        """The id rank 0 put under `key`, or CommunicatorSetupError after the setup timeout.  The
+        store is read on a thread of its own: a TCPStore whose host is cut off does not honour
+        its own wait timeout (it keeps reconnecting), so only the caller can give up in time.
+        The thread stays blocked until the store answers or the process ends (daemon)."""
+        fetched: dict[str, object] = {}
+        done = threading.Event()
+
+        def fetch() -> None:
+            try:
+                fetched["id"] = self._store.get(key)
+            except Exception as exc:  # noqa: BLE001 (the store's error, whatever its type, is the setup's)
+                fetched["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=fetch, name="torch-fl-communicator-id", daemon=True).start()
+        seconds = self._setup_timeout.total_seconds()
+        if not done.wait(seconds):
+            raise CommunicatorSetupError(f"rank 0 of the communicator did not hand out its id through the job's "
+                                         f"store within {seconds:g} s (is the store's host out of reach?)")
+        if "error" in fetched:
+            raise CommunicatorSetupError(f"reading the communicator's id from the job's store failed: "
+                                         f"{fetched['error']}") from fetched["error"]
+        return fetched["id"]
 
     def _stream(self, index: int):
         with self._lock:
@@ -194,7 +230,7 @@ class VendorCollectives:
         index = device.index
         try:
             comm = self._comm(device)
-        except VendorError as exc:
+        except (VendorError, CommunicatorSetupError) as exc:
             raise CollectiveError(site, exc) from exc
         coll = self._stream(index)
         current = rt.streams.current(index)
