@@ -10,11 +10,12 @@ random ops from drawing the same counters (identical "random" values).
 """
 from __future__ import annotations
 
-import functools
 import struct
 import threading
 
 import torch
+
+from fl_runtime.ops.schema import generator_slot
 
 
 SEED_MASK = 0x7FFFFFFFFFFFFFFF        # kernels take the seed as an int64
@@ -93,16 +94,6 @@ def cpu_stand_in(take, generator: torch.Generator | None) -> torch.Generator:
     return torch.Generator().manual_seed(_splitmix64(seed ^ _splitmix64(offset)))
 
 
-@functools.lru_cache(maxsize=None)
-def generator_argument(op: torch._ops.OpOverload) -> tuple[int | None, str] | None:
-    """Where `op` takes its Generator: (position, or None when keyword-only; name), or None
-    for an op without one."""
-    for position, argument in enumerate(op._schema.arguments):
-        if str(argument.type) == "Optional[Generator]":
-            return (None if argument.kwarg_only else position), argument.name
-    return None
-
-
 def stand_ins_for_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict, take) -> tuple[tuple, dict]:
     """The arguments of a random op about to run on the CPU (the CPU fallback), whose kernels
     take CPU generators only.  Its generator becomes a cpu_stand_in drawn through `take` from
@@ -110,11 +101,11 @@ def stand_ins_for_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict, take
     torch.fl.manual_seed and set_rng_state govern it as they govern a vendor kernel
     (docs/users/devices.md "Random numbers").  An explicit CPU generator stays: the op draws
     on its own device with it, as its seed asks."""
-    where = generator_argument(op)
-    if where is None:
+    slot = generator_slot(op)
+    if slot is None:
         return args, kwargs
-    position, name = where
-    if position is not None and position < len(args):
+    position, name, kwarg_only = slot
+    if not kwarg_only and position < len(args):
         if not _on_cpu(args[position]):
             args = (*args[:position], cpu_stand_in(take, args[position]), *args[position + 1:])
     elif not _on_cpu(kwargs.get(name)):

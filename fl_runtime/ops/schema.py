@@ -103,6 +103,7 @@ def compile_plan(name: str) -> OpPlan:
 _NUMBER_TYPES = (bool, int, float, complex)
 _TENSOR_KINDS = {"Tensor": False, "Optional[Tensor]": False, "List[Tensor]": True}   # as str(arg.type) prints
 _tensor_slots: dict = {}     # op -> tensor_slots(op)
+_generator_slots: dict = {}  # op -> generator_slot(op)
 
 
 def tensor_slots(op: torch._ops.OpOverload) -> tuple[tuple[int, str, bool, bool], ...]:
@@ -115,6 +116,15 @@ def tensor_slots(op: torch._ops.OpOverload) -> tuple[tuple[int, str, bool, bool]
                                                    for i, a in enumerate(op._schema.arguments)
                                                    if str(a.type) in _TENSOR_KINDS))
     return found
+
+
+def generator_slot(op: torch._ops.OpOverload) -> tuple[int, str, bool] | None:
+    """(position, name, keyword-only) of `op`'s Generator argument, None for an op without
+    one; read from its schema once per op (the CPU fallback asks at every call)."""
+    if op not in _generator_slots:
+        _generator_slots.setdefault(op, next(((i, a.name, a.kwarg_only) for i, a in enumerate(op._schema.arguments)
+                                               if tag_of(str(a.type)) == TAG_GENERATOR), None))
+    return _generator_slots[op]
 
 
 def numbers_as_tensors(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
