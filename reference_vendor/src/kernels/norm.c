@@ -395,6 +395,7 @@ FLK_REGISTER("native_group_norm_backward", FLK_FLOAT_TYPES, k_native_group_norm_
 /* input [N, C, *]: n, c, hw */
 static fl_status bn_shape(const flk_args *a, const fl_tensor *x, int64_t *n, int64_t *c,
                           int64_t *hw) {
+    *n = *c = *hw = 0;        /* set on every path: gcc 14+ cannot tell that flk_fail never succeeds */
     if (x->ndim < 2)
         return flk_fail(a, "input must have at least 2 dims (N, C, ...), got %d", (int)x->ndim);
     *n = x->sizes[0];
