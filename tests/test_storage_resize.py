@@ -86,3 +86,21 @@ def test_memory_statistics_follow_the_resizes(fl):
     assert torch.accelerator.memory_allocated(1) == torch.fl.memory_allocated(1)
     del t, storage
     assert torch.fl.memory_allocated(1) == before
+
+
+def test_a_storage_that_borrows_its_memory_is_not_resized(fl):
+    """As on the CPU: a storage over memory it does not own (no deleter) is not resizable and
+    is refused, leaving the memory alone; the runtime's own storages resize (and stay so)."""
+    owner = torch.arange(8.0, device="fl:0")
+    borrowed = torch._C._construct_storage_from_data_pointer(owner.data_ptr(), owner.device, 16)
+    assert not borrowed.resizable()
+    with pytest.raises(RuntimeError, match="not resizable"):
+        borrowed.resize_(64)
+    assert borrowed.nbytes() == 16 and borrowed.data_ptr() == owner.data_ptr()
+    cpu = torch.arange(8.0)
+    with pytest.raises(RuntimeError, match="not resizable"):
+        torch._C._construct_storage_from_data_pointer(cpu.data_ptr(), cpu.device, 16).resize_(64)
+    own = torch.arange(4.0, device="fl:0").untyped_storage()
+    own.resize_(32)
+    own.resize_(8)
+    assert own.resizable() and own.nbytes() == 8

@@ -92,8 +92,19 @@ at::Device Hooks::getDeviceFromPtr(void* data) const {
   return {kFl, static_cast<c10::DeviceIndex>(device)};
 }
 
+// PyTorch's CPU refuses to resize a storage that is not resizable.  Every fl storage the
+// runtime makes arrives through DLPack, which PyTorch marks not resizable although the
+// storage owns its block (its deleter returns it): those resize.  A storage that borrows
+// memory it does not own (a DataPtr without a deleter, as
+// torch._C._construct_storage_from_data_pointer makes) is refused, as on the CPU.
+static bool may_resize(const c10::StorageImpl& impl) {
+  return impl.resizable() || impl.data() == nullptr ||
+         impl.data_ptr().get_deleter() != &c10::detail::deleteNothing;
+}
+
 void Hooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const {
   auto* impl = storage.unsafeGetStorageImpl();
+  TORCH_CHECK(may_resize(*impl), "Trying to resize storage that is not resizable");
   const size_t oldsize = impl->nbytes();
   const c10::DeviceIndex device = resolve(impl->device().index());
   c10::Storage fresh(c10::Storage::use_byte_size_t(), newsize, allocate_on(device, newsize), &device_allocator(),
@@ -105,6 +116,8 @@ void Hooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) 
   }
   impl->set_data_ptr_noswap(fresh.unsafeGetStorageImpl()->set_data_ptr(c10::DataPtr(nullptr, c10::Device(kFl, device))));
   impl->set_nbytes(newsize);
+  impl->set_allocator(&device_allocator());      // its bytes are the bridge allocator's now
+  impl->set_resizable(true);
 }
 
 Hooks& hooks() {

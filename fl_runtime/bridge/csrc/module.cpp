@@ -123,9 +123,7 @@ PyObject* default_generator_py(PyObject*, PyObject* index) {
   if (!parse_index(index, device)) {
     return nullptr;
   }
-  PyObject* wrapped = THPGenerator_initDefaultGenerator(default_generator(device));
-  Py_XINCREF(wrapped);      // initDefaultGenerator's reference is borrowed
-  return wrapped;
+  return THPGenerator_initDefaultGenerator(default_generator(device));     // a new reference
   END_HANDLE_TH_ERRORS
 }
 
