@@ -1,4 +1,5 @@
-"""A rank killed in the middle of an all-reduce: the survivor fails within seconds, naming it.
+"""A rank killed in the middle of an all-reduce: the survivor fails within seconds, naming it;
+and SIGTERM ends a rank that waits on a stuck (live) peer.
 
 The vendor collectives (reference vendor, reference_vendor/src/driver/collective.c "DEAD
 PEERS") check while they wait that each peer's process still runs; a dead peer makes the
@@ -7,11 +8,14 @@ timeout (30 min under Lightning).  Two real jobs: plain DDP (two ranks as torchr
 them) and a Lightning Trainer with strategy="ddp" (its launcher re-runs the script for
 rank 1).  In each, one rank SIGKILLs itself from a gradient hook, in the middle of its
 backward's all-reduce; the other must exit non-zero within 30 s with the CollectiveError.
+With a peer stuck instead (integration/distributed/interrupt.py), SIGTERM to the waiting
+rank, which has a Python handler as Lightning installs one, ends it within seconds.
 """
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -96,3 +100,65 @@ def test_lightning_rank_killed_mid_all_reduce_fails_the_other_naming_it(tmp_path
     assert proc.returncode != 0 and "NO ERROR" not in output, output[-3000:]
     assert NAMES_THE_PEER.search(output).group(1) == "1", output[-3000:]
     assert time.time() - float((tmp_path / "killed_at").read_text()) < 30, output[-3000:]
+
+
+STUCK = r"""
+import os, signal, sys, time, torch, torch_fl
+import torch.distributed as dist
+dist.init_process_group("fl")
+rank = dist.get_rank()
+torch.fl.set_device(rank)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8).to("fl"))
+x = torch.ones(4, 8, device="fl")
+model(x).sum().backward()
+if rank == 1:
+    print("STUCK", flush=True)
+    time.sleep(300)                       # alive, never joining the next all-reduce
+# A handler that only notes the signal, as Lightning's does: Python runs it once the main
+# thread is back in Python.
+signal.signal(signal.SIGTERM, lambda signum, frame: print("HANDLER RAN", flush=True))
+print("WAITING", flush=True)
+try:
+    model(x).sum().backward()
+except Exception as exc:
+    print(f"FAILED: {exc}", flush=True)
+    sys.exit(3)
+"""
+
+
+def _rank(code: str, rank: int, port: int) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for_line(proc: subprocess.Popen, text: str, lines: list[str]) -> None:
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith(text):
+            return
+    raise AssertionError(f"no {text!r} line:\n{''.join(lines)[-3000:]}")
+
+
+def test_sigterm_ends_a_rank_waiting_on_a_stuck_peer():
+    from rank_runner import free_port
+    port = free_port()
+    waiting, stuck = _rank(STUCK, 0, port), _rank(STUCK, 1, port)
+    try:
+        out0, out1 = [], []
+        _wait_for_line(stuck, "STUCK", out1)
+        _wait_for_line(waiting, "WAITING", out0)
+        time.sleep(1.0)                           # inside backward's all-reduce by now
+        sent = time.monotonic()
+        waiting.send_signal(signal.SIGTERM)
+        rest, _ = waiting.communicate(timeout=60)
+        elapsed = time.monotonic() - sent
+    finally:
+        for proc in (waiting, stuck):
+            proc.kill()
+            proc.communicate()
+    output = "".join(out0) + rest
+    assert elapsed < 15, output[-3000:]
+    assert "HANDLER RAN" in output and "interrupted by SIGTERM" in output, output[-3000:]
+    assert waiting.returncode in (3, 128 + signal.SIGTERM), (waiting.returncode, output[-3000:])
