@@ -142,12 +142,15 @@ class LockMismatchError(StackLockError):
 class FLBadForkError(FLError):
     """fl used in a process forked after its parent started the runtime."""
 
+    EXPLANATION = ("fl devices cannot be used in a forked subprocess: the parent process started the "
+                   "Torch-FL runtime before fork(), and a device driver's state does not survive fork(). Start "
+                   "workers with the 'spawn' method (torch.multiprocessing.set_start_method('spawn') or "
+                   "multiprocessing.get_context('spawn')), or keep the child's work on the CPU")
+
     def __init__(self, what: str) -> None:
-        super().__init__(
-            f"{what}: fl devices cannot be used in a forked subprocess: the parent process started the "
-            "Torch-FL runtime before fork(), and a device driver's state does not survive fork(). Start "
-            "workers with the 'spawn' method (torch.multiprocessing.set_start_method('spawn') or "
-            "multiprocessing.get_context('spawn')), or keep the child's work on the CPU")
+        # Re-raised in the parent (DataLoader's ExceptionWrapper calls the class with the whole
+        # message, traceback included), the explanation is already there: not twice.
+        super().__init__(what if self.EXPLANATION in what else f"{what}: {self.EXPLANATION}")
 
 
 class FLSharingError(FLError):

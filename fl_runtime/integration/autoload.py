@@ -56,6 +56,7 @@ def autoload() -> None:
         process.start()
     except Exception as exc:  # noqa: BLE001 - autoload must never raise
         _warn(exc)
+        _stand_in(exc)
 
 
 def finish_deferred() -> None:
@@ -69,6 +70,15 @@ def finish_deferred() -> None:
     try:
         process.start()
     except Exception:  # noqa: BLE001 - kept in process.startup_error
+        pass
+
+
+def _stand_in(error: Exception) -> None:
+    """The first use of "fl" raises `error`, not PyTorch's unknown-device error (unstarted.py)."""
+    try:
+        from fl_runtime.integration import unstarted
+        unstarted.stand_in(error)
+    except Exception:  # noqa: BLE001 - autoload must never raise
         pass
 
 

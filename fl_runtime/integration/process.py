@@ -46,8 +46,10 @@ def _build() -> Runtime:
     from fl_runtime.integration import shutdown
     from fl_runtime.integration.backend import install
     from fl_runtime.torch_compat import check_torch_version
+    from fl_runtime.integration import unstarted
     check_torch_version()
     runtime = Runtime()
+    unstarted.withdraw()          # a failed autoload's stand-in for "fl" (unstarted.py)
     install(runtime)
     shutdown.install(runtime)
     return runtime

@@ -260,9 +260,24 @@ def check_native_bridge() -> Check:
         return Check("native bridge", OK, f"in use: {state.detail}")
     if state.detail.startswith(f"off: {bridge.SWITCH_ENV}=0"):
         return Check("native bridge", OK, f"{state.detail}; the Python route runs")
+    from fl_runtime.integration import process
+    if process.started() is None and process.startup_error is not None:
+        return Check("native bridge", WARN, f"not loaded: the runtime did not start "
+                     f"({type(process.startup_error).__name__}, see 'runtime start'){_cached_bridge()}",
+                     "fix what stops the runtime from starting; the bridge loads when it starts")
     return Check("native bridge", WARN, f"the Python route runs (generators, pinned memory, storage resizes, "
                  f"several devices per thread in backward are unavailable): {state.detail}",
                  "install a C++ compiler (g++) and run torch-fl build-bridge")
+
+
+def _cached_bridge() -> str:
+    """'; built for this PyTorch: <path>' when a verified build is cached, else ''."""
+    from fl_runtime.bridge import build
+    try:
+        found = build.cached_library(build.toolchain().key())
+    except Exception:  # noqa: BLE001 - no toolchain: nothing to say here
+        return ""
+    return f"; built for this PyTorch: {found}" if found else ""
 
 
 def check_compiled_helpers() -> Check:

@@ -47,6 +47,7 @@ import torch.distributed as dist
 from fl_runtime import abi
 from fl_runtime.devices.communicator import Communicator, unique_id
 from fl_runtime.errors import FLError, VendorError
+from fl_runtime.integration.distributed import interrupt
 from fl_runtime.integration.distributed.elastic import attempt_scope
 from fl_runtime.integration.distributed.work import CallSite, CollectiveError, FLWork, completable_future
 from fl_runtime.integration.process import start
@@ -128,6 +129,7 @@ class VendorCollectives:
         self._streams: dict[int, torch.Stream] = {}
         self._waiter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="torch-fl-vendor")
         self._failed: dict[int, BaseException] = {}     # collective stream key -> its first failure
+        interrupt.install()                             # SIGTERM ends a rank waiting here (interrupt.py)
 
     @classmethod
     def connect(cls, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, group_name: str,
@@ -249,10 +251,12 @@ class VendorCollectives:
         source, future = completable_future()
         failures: list[CollectiveError] = []
         keep = (inputs, outputs, extra)           # alive until the stream has run the collective
-        self._waiter.submit(self._settle, coll, source, site, failures, result, keep)
+        token = interrupt.waiting(source, site, failures)
+        self._waiter.submit(self._settle, coll, source, site, failures, result, keep, token)
         return FLWork(future, site, failures)
 
-    def _settle(self, stream, future: torch.futures.Future, site: CallSite, failures: list, result, keep) -> None:
+    def _settle(self, stream, future: torch.futures.Future, site: CallSite, failures: list, result, keep,
+                token: int) -> None:
         """On the group's waiter thread (one, so Works settle in enqueue order): wait for the
         collective stream, then complete the Work.  The stream hands out its sticky error once,
         and a synchronize covers every collective queued so far, so after a failure every later
@@ -263,6 +267,8 @@ class VendorCollectives:
                 stream.synchronize()
             except Exception as exc:  # noqa: BLE001 (the stream's sticky error is the collective's failure)
                 failed = self._failed[stream.key] = exc
+        if not interrupt.settled(token):          # a signal failed the Work meanwhile
+            return
         if failed is not None:
             failures.append(CollectiveError(site, failed))
             future.set_exception(failures[-1])

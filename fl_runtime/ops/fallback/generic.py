@@ -22,6 +22,8 @@ from torch._decomp import decomposition_table
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
+from fl_runtime.ops.fallback.common_kernels import (COMMON_KERNELS, functional_of, out_overload_decomposition,
+                                                    out_overload_of)
 from fl_runtime.ops.fallback.extra_decompositions import extra_decomposition_of
 
 _META = torch.device("meta")
@@ -35,8 +37,15 @@ class InfeasibleDecomposition(Exception):
 
 def decomposition_of(op: torch._ops.OpOverload) -> Callable | None:
     """The decomposition of `op`, or None when it has none: Torch-FL's own where PyTorch's
-    cannot run on fl (extra_decompositions), else PyTorch's."""
-    return extra_decomposition_of(op) or decomposition_table.get(op)
+    cannot run on fl (extra_decompositions, common_kernels; an out= overload as its
+    functional overload unless that one calls the out= overload back), else PyTorch's."""
+    found = extra_decomposition_of(op) or COMMON_KERNELS.get(op)
+    if found is not None:
+        return found
+    functional = functional_of(op)
+    if functional is not None and not routes_to_out(functional):
+        return out_overload_decomposition(op, functional)
+    return decomposition_table.get(op)
 
 
 def implicit_or_table_decomposition(op: torch._ops.OpOverload) -> Callable | None:
@@ -95,7 +104,7 @@ def routes_to_out(op: torch._ops.OpOverload) -> bool:
 
 def out_call(op: torch._ops.OpOverload, args: tuple, kwargs: dict, result) -> Leaf | None:
     """The out= call a routes_to_out op makes on fl, or None when it cannot be formed."""
-    out_op = getattr(op.overloadpacket, "out", None)
+    out_op = out_overload_of(op)
     if out_op is None or not isinstance(result, torch.Tensor):
         return None
     out = torch.empty_strided(result.shape, result.stride(), dtype=result.dtype, device=_META)

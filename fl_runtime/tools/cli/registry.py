@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
+import sys
 
 
 def make_parser(prog: str, description: str, package: str, commands: tuple[str, ...]) -> argparse.ArgumentParser:
@@ -21,4 +24,12 @@ def make_parser(prog: str, description: str, package: str, commands: tuple[str, 
 def run(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     """Parse argv and run the chosen subcommand's handler; returns its exit status."""
     args = parser.parse_args(argv)
-    return args.handler(args)
+    try:
+        status = args.handler(args)
+        sys.stdout.flush()          # inside the try: a reader gone (`| head`) is seen here
+    except BrokenPipeError:
+        # The reader stopped reading (`torch-fl devices --json | head`): as any Unix tool, end
+        # quietly; stdout goes to /dev/null so that the exit's own flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    return status

@@ -24,6 +24,15 @@
  * the step fail with FL_ERROR_TIMEOUT and breaks the communicator (its steps
  * are out of step for good).
  *
+ * DEAD PEERS.  Every rank records its pid, its pid namespace and its start
+ * time in the segment when it joins.  While waiting for a peer, a rank checks
+ * at most every PEER_CHECK_NS whether that peer's process still runs (gone,
+ * a zombie, or its pid reused by another process: dead); a dead peer will never
+ * arrive, so the wait fails at once with FL_ERROR_TIMEOUT naming the rank and
+ * its pid, instead of at the deadline (minutes).  Peers in another pid
+ * namespace are not checked (their pids mean nothing here): for them only the
+ * deadline holds.
+ *
  * Work on one communicator is serialised by its lock (a collective blocks its
  * stream's worker until the peers arrive, which is the stream order the ABI
  * asks for); send/recv use the mailbox of their pair, with one lock per peer
@@ -34,6 +43,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +59,7 @@
 #define MAILBOX_BYTES (256u << 10)
 #define DEFAULT_TIMEOUT_MS 300000u
 #define LINE 64
+#define PEER_CHECK_NS 200000000ull /* how often a waiting rank checks that its peer still runs */
 
 typedef enum coll_kind { K_ALL_REDUCE = 1, K_BROADCAST, K_ALL_GATHER, K_REDUCE_SCATTER, K_ALL_TO_ALL } coll_kind;
 
@@ -58,6 +69,8 @@ typedef struct rank_state {        /* one cache line per rank and counter */
     uint64_t arrived;              /* last step whose contribution is in the slot */
     uint64_t sig[5];               /* kind, total count, dtype, op, root of that step */
     char pad1[LINE - 6 * sizeof(uint64_t)];
+    uint64_t pid, pid_ns, start;   /* the rank's process (see DEAD PEERS); pid 0 until it joins */
+    char pad3[LINE - 3 * sizeof(uint64_t)];
     uint64_t finished;             /* last step this rank has read every slot of */
     char pad2[LINE - sizeof(uint64_t)];
 } rank_state;
@@ -122,15 +135,92 @@ static void backoff(uint32_t *round) {
     }
 }
 
-/* Wait until *word >= target; 0 on success, -1 past the deadline. */
-static int wait_at_least(const uint64_t *word, uint64_t target, uint64_t deadline) {
+/* ---- whether a peer's process still runs (see DEAD PEERS) ------------------------- */
+
+/* The inode of this process's pid namespace; 0 where /proc does not say. */
+static uint64_t pid_namespace(void) {
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* State letter and start time (clock ticks since boot) of `pid` from /proc/<pid>/stat;
+ * 0 when the file cannot be read (no such process, or no /proc). */
+static int process_state(uint64_t pid, uint64_t *start) {
+    char path[48], text[512];
+    snprintf(path, sizeof path, "/proc/%llu/stat", (unsigned long long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    text[n] = '\0';
+    char *p = strrchr(text, ')');  /* the command name may hold spaces and parentheses */
+    if (!p || p[1] != ' ')
+        return 0;
+    int state = p[2];
+    /* Fields after the state: ppid pgrp session tty tpgid flags minflt cminflt majflt
+     * cmajflt utime stime cutime cstime priority nice threads itrealvalue starttime. */
+    p += 3;
+    for (int field = 0; field < 18 && p; field++)
+        p = strchr(p + 1, ' ');
+    *start = p ? strtoull(p + 1, NULL, 10) : 0;
+    return state;
+}
+
+static void record_self(rank_state *me) {
+    uint64_t start = 0;
+    uint64_t pid = (uint64_t)getpid();
+    process_state(pid, &start);
+    me->pid_ns = pid_namespace();
+    me->start = start;
+    __atomic_store_n(&me->pid, pid, __ATOMIC_RELEASE);
+}
+
+/* 0 when rank r's process is gone (exited, a zombie, or its pid now another process's). */
+static int peer_alive(fl_comm c, int32_t r) {
+    const rank_state *peer = &c->hdr->ranks[r];
+    uint64_t pid = __atomic_load_n(&peer->pid, __ATOMIC_ACQUIRE);
+    if (pid == 0 || peer->pid_ns != c->hdr->ranks[c->rank].pid_ns || peer->pid_ns == 0)
+        return 1;                  /* not joined yet, or not ours to judge */
+    uint64_t start = 0;
+    int state = process_state(pid, &start);
+    if (state == 0)
+        return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+    return state != 'Z' && state != 'X' && (peer->start == 0 || start == peer->start);
+}
+
+enum { WAIT_DONE = 0, WAIT_EXPIRED = -1, WAIT_PEER_DEAD = -2 };
+
+/* Wait until *word >= target, which rank `peer` advances (-1: no one to watch). */
+static int wait_at_least(fl_comm c, int32_t peer, const uint64_t *word, uint64_t target, uint64_t deadline) {
     uint32_t round = 0;
+    uint64_t next_check = 0;
     while (__atomic_load_n(word, __ATOMIC_ACQUIRE) < target) {
-        if ((round & 63) == 0 && now_ns() > deadline)
-            return -1;
+        if ((round & 63) == 0) {
+            uint64_t now = now_ns();
+            if (now > deadline)
+                return WAIT_EXPIRED;
+            if (peer >= 0 && now >= next_check) {
+                if (next_check != 0 && !peer_alive(c, peer))
+                    return __atomic_load_n(word, __ATOMIC_ACQUIRE) < target ? WAIT_PEER_DEAD : WAIT_DONE;
+                next_check = now + PEER_CHECK_NS;
+            }
+        }
         backoff(&round);
     }
-    return 0;
+    return WAIT_DONE;
+}
+
+/* The reason a wait on rank r failed, for the message. */
+static const char *wait_failure(fl_comm c, int wait, int32_t r, char *buf, size_t cap) {
+    if (wait == WAIT_PEER_DEAD)
+        snprintf(buf, cap, "rank %d (pid %llu) died", r, (unsigned long long)c->hdr->ranks[r].pid);
+    else
+        snprintf(buf, cap, "rank %d did not arrive within %llu ms", r,
+                 (unsigned long long)(c->timeout_ns / 1000000ull));
+    return buf;
 }
 
 static void comm_release(fl_comm c) {
@@ -336,12 +426,13 @@ static fl_status run_step(const coll_job *j, uint64_t a, uint64_t n, char *messa
     memcpy(me->sig, sig, sizeof sig);
     __atomic_store_n(&me->arrived, step, __ATOMIC_RELEASE);
     uint64_t deadline = now_ns() + c->timeout_ns;
+    char why[96];
     for (int32_t r = 0; r < c->size; r++) {
-        if (wait_at_least(&c->hdr->ranks[r].arrived, step, deadline) != 0) {
+        int wait = wait_at_least(c, r, &c->hdr->ranks[r].arrived, step, deadline);
+        if (wait != WAIT_DONE) {
             c->broken = FL_ERROR_TIMEOUT;
-            snprintf(message, cap, "%s on rank %d of %d (device %d): rank %d did not arrive within %llu ms",
-                     kind_name(j->kind), c->rank, c->size, c->device, r,
-                     (unsigned long long)(c->timeout_ns / 1000000ull));
+            snprintf(message, cap, "%s on rank %d of %d (device %d): %s", kind_name(j->kind), c->rank, c->size,
+                     c->device, wait_failure(c, wait, r, why, sizeof why));
             return FL_ERROR_TIMEOUT;
         }
     }
@@ -364,11 +455,11 @@ static fl_status run_step(const coll_job *j, uint64_t a, uint64_t n, char *messa
         combine_step(j, a, n);
     __atomic_store_n(&me->finished, step, __ATOMIC_RELEASE);
     for (int32_t r = 0; r < c->size; r++) {
-        if (wait_at_least(&c->hdr->ranks[r].finished, step, deadline) != 0) {
+        int wait = wait_at_least(c, r, &c->hdr->ranks[r].finished, step, deadline);
+        if (wait != WAIT_DONE) {
             c->broken = FL_ERROR_TIMEOUT;
-            snprintf(message, cap, "%s on rank %d of %d: rank %d did not finish within %llu ms",
-                     kind_name(j->kind), c->rank, c->size, r,
-                     (unsigned long long)(c->timeout_ns / 1000000ull));
+            snprintf(message, cap, "%s on rank %d of %d: %s before finishing the step", kind_name(j->kind),
+                     c->rank, c->size, wait_failure(c, wait, r, why, sizeof why));
             return FL_ERROR_TIMEOUT;
         }
     }
@@ -415,9 +506,11 @@ static fl_status run_send(p2p_job *j, char *message, size_t cap) {
     uint64_t done = 0;
     do {
         uint64_t sent = __atomic_load_n(&box->sent, __ATOMIC_ACQUIRE);
-        if (wait_at_least(&box->taken, sent, deadline) != 0) {
-            snprintf(message, cap, "send from rank %d to rank %d: the receiver did not take the data "
-                     "within %llu ms", c->rank, j->peer, (unsigned long long)(c->timeout_ns / 1000000ull));
+        int wait = wait_at_least(c, j->peer, &box->taken, sent, deadline);
+        if (wait != WAIT_DONE) {
+            char why[96];
+            snprintf(message, cap, "send from rank %d to rank %d: the receiver did not take the data (%s)",
+                     c->rank, j->peer, wait_failure(c, wait, j->peer, why, sizeof why));
             return FL_ERROR_TIMEOUT;
         }
         uint64_t n = j->bytes - done < MAILBOX_BYTES ? j->bytes - done : MAILBOX_BYTES;
@@ -439,9 +532,11 @@ static fl_status run_recv(p2p_job *j, char *message, size_t cap) {
     uint64_t done = 0;
     do {
         uint64_t taken = __atomic_load_n(&box->taken, __ATOMIC_ACQUIRE);
-        if (wait_at_least(&box->sent, taken + 1, deadline) != 0) {
-            snprintf(message, cap, "recv on rank %d from rank %d: nothing arrived within %llu ms", c->rank,
-                     j->peer, (unsigned long long)(c->timeout_ns / 1000000ull));
+        int wait = wait_at_least(c, j->peer, &box->sent, taken + 1, deadline);
+        if (wait != WAIT_DONE) {
+            char why[96];
+            snprintf(message, cap, "recv on rank %d from rank %d: nothing arrived (%s)", c->rank, j->peer,
+                     wait_failure(c, wait, j->peer, why, sizeof why));
             return FL_ERROR_TIMEOUT;
         }
         if (box->total_bytes != j->bytes || box->dtype != (uint64_t)j->dtype) {
@@ -668,8 +763,9 @@ static fl_status comm_create(fl_comm_create_args *a) {
         free(c);
         return st;
     }
+    record_self(&c->hdr->ranks[a->rank]);
     __atomic_add_fetch(&c->hdr->joined, 1, __ATOMIC_ACQ_REL);
-    if (wait_at_least(&c->hdr->joined, (uint64_t)a->size, now_ns() + c->timeout_ns) != 0) {
+    if (wait_at_least(c, -1, &c->hdr->joined, (uint64_t)a->size, now_ns() + c->timeout_ns) != 0) {
         uint64_t joined = __atomic_load_n(&c->hdr->joined, __ATOMIC_ACQUIRE);
         shm_unlink(name);
         munmap(c->base, c->length);
