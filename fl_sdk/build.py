@@ -216,7 +216,8 @@ def build(directory: str | Path, force: bool = False, verbose: bool = False, out
         raise BuildError(f"linking {spec.library} failed:\n{result.stderr.strip()}")
     os.replace(partial, target)
     _write_metadata(spec, target)
-    _write_record(spec, target)
+    if output is None:      # beside the sources; an explicit output (a wheel's build tree) gets no record
+        _write_record(spec, target)
     return target
 
 
