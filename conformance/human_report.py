@@ -127,5 +127,23 @@ def html_page(document: dict) -> str:
 </table>
 <h2>Failures</h2>
 {_failures_html(document)}
+{_todo_html(document)}
 </body></html>
 """
+
+
+def _todo_html(document: dict) -> str:
+    """"What to implement next" (`fl-sdk test --todo`, conformance.todo): the ops reference
+    workloads call that the plugin runs through a fallback, most urgent first."""
+    todo = document.get("todo")
+    if todo is None:
+        return ""
+    rows = "".join(f"<tr><td>{rank}</td><td><code>{html.escape(op['op'])}</code></td><td>{op['calls']}</td>"
+                   f"<td>{html.escape(op['status'])}</td><td>"
+                   + html.escape(", ".join(f"{name} {count}" for name, count in op["workloads"].items()))
+                   + "</td></tr>" for rank, op in enumerate(todo["ops"], 1))
+    skipped = "".join(f"<li>{html.escape(name)}: {html.escape(why)}</li>" for name, why in todo["skipped"].items())
+    return (f"<h2>What to implement next</h2><p>ATen ops that {html.escape(', '.join(todo['traced']))} call and "
+            "this plugin runs through a fallback (cpu: a host round trip per call; generic: decomposed into its "
+            "kernels), most urgent first.</p><table><tr><th>rank</th><th>op</th><th>calls</th><th>now runs as</th>"
+            f"<th>called by</th></tr>{rows}</table>" + (f"<p>Not traced:</p><ul>{skipped}</ul>" if skipped else ""))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from fl_runtime.errors import VendorError
 from fl_runtime.plugins.loader import Plugin
 
 from . import human_report
@@ -23,7 +24,7 @@ from .isolation import KernelWorkers, LoadCrash
 from .kernel_plan import KernelTarget, jobs, precheck, targets
 from .profiles import PROFILES, Profile
 from .progress import ProgressBar
-from .report import DETAILS, IDENTITY, JsonReport, load_failure_document, load_failure_junit
+from .report import DETAILS, IDENTITY, LOAD_REFUSED, JsonReport, load_failure_document, load_failure_junit
 from .target import TargetError, describe, device_properties, load
 
 CONTEXT = pytest.StashKey["Context"]()
@@ -78,28 +79,35 @@ def pytest_configure(config: pytest.Config) -> None:
     crash = workers.check_loading(profile.unit_timeout_s)   # before this process loads it
     if crash is not None:
         workers.close()
-        _stop_on_load_crash(config, library, profile, seed, crash, started)
+        _stop_before_tests(config, library, profile, seed, crash, int(pytest.ExitCode.TESTS_FAILED), started)
     try:
-        plugin = load(library)
         waiver_path = waiver_file.waiver_file(library)
         waivers = waiver_file.load(waiver_path)
-    except (TargetError, waiver_file.WaiverError) as exc:
+    except waiver_file.WaiverError as exc:
         workers.close()
         raise pytest.UsageError(str(exc)) from exc
-    context = Context(plugin, plugin.source.path, profile, seed, config.getoption("fl_run_known_failures"),
-                      waiver_path, waivers, device_properties(plugin, 0), kernel_entries(plugin), describe(plugin),
-                      workers)
+    try:
+        plugin = load(library)
+        context = Context(plugin, plugin.source.path, profile, seed, config.getoption("fl_run_known_failures"),
+                          waiver_path, waivers, device_properties(plugin, 0), kernel_entries(plugin),
+                          describe(plugin), workers)
+    except (TargetError, VendorError) as exc:
+        # The loader refused the plugin, or it cannot give its tables (a kernel registered
+        # twice): no test can run, and the vendor's CI still gets a report saying why.
+        workers.close()
+        _stop_before_tests(config, library, profile, seed, LoadCrash(f"the plugin was refused at load: {exc}"),
+                           LOAD_REFUSED, started)
     config.stash[CONTEXT] = context
     config.pluginmanager.register(JsonReport(context, config.getoption("fl_json"), config.getoption("fl_html")),
                                   "torch-fl-json-report")
     config.pluginmanager.register(ProgressBar(), "torch-fl-progress")
 
 
-def _stop_on_load_crash(config: pytest.Config, library: str, profile: Profile, seed: int, crash: LoadCrash,
-                        started: float) -> None:
-    """Loading the plugin killed its worker: write the report (one abi failure naming the
-    crash) and end the run with pytest's 'tests failed' status; no test can run."""
-    exit_status = int(pytest.ExitCode.TESTS_FAILED)
+def _stop_before_tests(config: pytest.Config, library: str, profile: Profile, seed: int, crash: LoadCrash,
+                       exit_status: int, started: float) -> None:
+    """Loading the plugin killed its worker (pytest's 'tests failed' status) or the loader
+    refused it (LOAD_REFUSED): write the reports (one abi failure naming why) and end the
+    run; no test can run."""
     document = load_failure_document(library, profile, seed, config.getoption("fl_run_known_failures"),
                                      waiver_file.waiver_file(library), crash.message, crash.signal, exit_status, started)
     if config.getoption("fl_json"):
@@ -114,6 +122,25 @@ def _stop_on_load_crash(config: pytest.Config, library: str, profile: Profile, s
 def pytest_unconfigure(config: pytest.Config) -> None:
     if CONTEXT in config.stash:
         config.stash[CONTEXT].workers.close()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """A -k that selects nothing: say whether the plugin has a kernel of that name at all."""
+    keyword = config.getoption("keyword", default="")
+    if exitstatus != pytest.ExitCode.NO_TESTS_COLLECTED or not keyword or CONTEXT not in config.stash:
+        return
+    context = config.stash[CONTEXT]
+    terminalreporter.write_line(unmatched_keyword(keyword, sorted({e.op for e in context.entries}),
+                                                  context.plugin.name, context.library))
+
+
+def unmatched_keyword(keyword: str, ops: list[str], plugin: str, library: str) -> str:
+    kernels = f"its kernels: {', '.join(ops) or 'none'}"
+    todo = f"`fl-sdk todo {library}` ranks the ops reference workloads call that it lacks"
+    if keyword.isidentifier() and not any(keyword in op for op in ops):
+        return (f"-k {keyword}: plugin '{plugin}' has no kernel for {keyword} ({kernels}), so the suite has nothing "
+                f"of it to test; write and register one (the plugin's README.md \"Add a kernel\"). {todo}.")
+    return f"-k {keyword} selects none of plugin '{plugin}''s tests ({kernels}). {todo}."
 
 
 def _identity(item: pytest.Item) -> dict:

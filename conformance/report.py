@@ -52,12 +52,15 @@ def _message(report: pytest.TestReport) -> str:
 
 
 LOAD_TEST = "test_plugin_loads_in_an_isolated_worker"
+# `fl-sdk test`'s exit status when the loader refuses the plugin or it cannot give its
+# kernel table (pytest's own statuses are 0-5; docs/vendors/conformance.md).
+LOAD_REFUSED = 6
 
 
 def load_failure_document(library: str, profile, seed: int, run_known_failures: bool, waiver_path: Path,
                           message: str, signal: str, exit_status: int, started: float) -> dict:
     """The report of a run that stopped before its first test: loading the plugin killed
-    the isolated worker (conformance.isolation.check_loading).  One abi failure that names
+    the isolated worker (conformance.isolation.check_loading) or the loader refused it.  One abi failure that names
     the crash; the plugin's own facts are unknown (it never answered), so abi_version is null."""
     record = {"nodeid": f"suite_abi.py::{LOAD_TEST}", "category": "abi", "op": None, "dtype": None,
               "variant": None, "test": LOAD_TEST, "status": statuses.FAIL, "duration_s": 0.0,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import yaml
+
 from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.plugins.loader import Plugin, PluginSource, discover_sources, load_plugin
@@ -19,8 +21,11 @@ class TargetError(RuntimeError):
 
 
 def resolve(plugin: str) -> PluginSource:
-    """A library path, or the name of an installed plugin (entry point / TORCH_FL_PLUGINS)."""
+    """A library path, a plugin project directory (its plugin.yaml's library), or the name of
+    an installed plugin (entry point / TORCH_FL_PLUGINS)."""
     path = Path(plugin)
+    if path.is_dir():
+        return _project_library(path)
     if path.suffix == ".so" or os.sep in plugin or path.exists():
         if not path.is_file():
             raise TargetError(f"{plugin}: no such library file")
@@ -35,6 +40,22 @@ def resolve(plugin: str) -> PluginSource:
     known = ", ".join(s.name for s in sources) or "none"
     raise TargetError(f"no installed plugin named '{plugin}' (installed: {known}); "
                       "pass a library path instead")
+
+
+def _project_library(directory: Path) -> PluginSource:
+    """A plugin project directory stands for the library its plugin.yaml builds."""
+    spec_file = directory / "plugin.yaml"
+    if not spec_file.is_file():
+        raise TargetError(f"{directory} is a directory without plugin.yaml: pass a plugin library (.so), a plugin "
+                          "project directory (the one `fl-sdk new` made) or an installed plugin's name")
+    library = (yaml.safe_load(spec_file.read_text()) or {}).get("library")
+    if not isinstance(library, str):
+        raise TargetError(f"{spec_file} names no library (key `library:`)")
+    path = (directory / library).resolve()
+    if not path.is_file():
+        raise TargetError(f"{path} (the library of plugin project {directory}) is not built yet: "
+                          f"run `fl-sdk build {directory}` first")
+    return PluginSource(path.stem, str(path), "plugin project")
 
 
 def device_properties(plugin: Plugin, index: int) -> dict:

@@ -37,6 +37,7 @@ after the plugin's own globs), so a spec's `sources` alone rebuild it.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import shutil
@@ -165,7 +166,13 @@ def _link_flags(name: str) -> list[str]:
 
 
 def compiler() -> str:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    chosen = os.environ.get("CC")
+    if chosen:
+        if not shutil.which(chosen):
+            raise BuildError(f"CC={chosen} names no compiler (no executable file there, nor a command of that name "
+                             "on PATH): set CC to an installed C compiler such as gcc or clang, or unset it")
+        return chosen
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not cc:
         raise BuildError("no C compiler found: install gcc or clang, or set CC")
     return cc
@@ -211,6 +218,8 @@ def build(directory: str | Path, force: bool = False, verbose: bool = False, out
         raise BuildError(f"linking {spec.library} failed:\n{result.stderr.strip()}")
     os.replace(partial, target)
     _write_metadata(spec, target)
+    if output is None:      # beside the sources; an explicit output (a wheel's build tree) gets no record
+        _write_record(spec, target)
     return target
 
 
@@ -254,8 +263,37 @@ def _write_metadata(spec: PluginSpec, library: Path) -> None:
 
 
 def _up_to_date(spec: PluginSpec, target: Path) -> bool:
-    if not target.exists():
+    """The library exists, was built from exactly today's sources (a deleted or added
+    source rebuilds: the build record lists them) and is newer than every input."""
+    sources = _sources(spec)
+    if not target.exists() or _read_record(target).get("sources") != _source_names(spec.directory, sources):
         return False
-    inputs = _sources(spec) + list(_headers(spec))
+    inputs = sources + list(_headers(spec))
     inputs += [spec.directory / "plugin.yaml"]
     return all(p.stat().st_mtime <= target.stat().st_mtime for p in inputs if p.exists())
+
+
+# The build record: a hidden file beside the library naming what it was built from (not
+# package data: the package ships `*.so` and its certificate and metadata only).
+def _record_path(target: Path) -> Path:
+    return target.with_name(f".{target.name}.build.json")
+
+
+def _source_names(directory: Path, sources: list[Path]) -> list[str]:
+    """Sources as names that do not depend on where the plugin or the SDK lies."""
+    sdk = Path(__file__).resolve().parent
+    return [str(path.relative_to(directory)) if directory in path.parents
+            else f"<sdk>/{path.relative_to(sdk)}" if sdk in path.parents else str(path) for path in sources]
+
+
+def _read_record(target: Path) -> dict:
+    try:
+        record = json.loads(_record_path(target).read_text())
+    except (OSError, ValueError):
+        return {}           # none (a library built before records were kept): rebuild once
+    return record if isinstance(record, dict) else {}
+
+
+def _write_record(spec: PluginSpec, target: Path) -> None:
+    names = _source_names(spec.directory, _sources(spec))
+    _record_path(target).write_text(json.dumps({"sources": names}, indent=1) + "\n")

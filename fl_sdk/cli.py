@@ -8,7 +8,7 @@ from . import runtime_not_started
 with runtime_not_started():     # a vendor's tools never start a runtime on the installed plugins
     from fl_runtime.tools.cli.registry import make_parser, run  # one helper for both CLIs
 
-COMMANDS = ("new", "update", "build", "test", "keygen", "certify", "verify")
+COMMANDS = ("new", "update", "build", "test", "todo", "keygen", "certify", "verify")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -119,3 +120,89 @@ def test_the_wheel_carries_the_generated_abi_module(plain_venv, tmp_path):
                             env={**env, "XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {"verified": True, "cache": [], "devices": 2}
+
+
+# ---- a vendor's plugin, from `fl-sdk new` to a user's certified install -----------------
+# (docs/vendors/release.md). The vendor side runs this checkout's fl-sdk; the user side is
+# plain_venv above (torch-fl without extras) with the plugin's wheel installed by plain pip
+# into a directory of its own, so the tests above keep seeing the reference devices alone.
+
+USER_CHECK = textwrap.dedent("""
+    import json, torch, torch_fl
+    acme = [d["device"] for d in torch_fl.list_devices() if d["type"] == "acme"]
+    x = torch.arange(6, dtype=torch.float32).to(acme[0])
+    y = (x * 2 + 1).cpu()
+    assert y.tolist() == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0], y
+    status = {s["plugin"]: s for s in torch_fl.plugin_certifications()}["acme"]
+    print(json.dumps({"device": acme[0], "certified": status["certified"], "code": status["code"],
+                      "path": status["path"]}))
+""")
+
+
+def _fl_sdk(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_FL_TEMPLATE_STORE": str(cwd / "template-store")}
+    result = subprocess.run([sys.executable, "-m", "fl_sdk", *args], cwd=cwd, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, f"fl-sdk {' '.join(args)}: {result.stdout[-2000:]}{result.stderr[-3000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def acme_wheel(tmp_path_factory) -> tuple[Path, Path]:
+    """(wheel, the certifier's public key): new, build, a short suite run, keygen, certify,
+    `pip wheel ./acme` as a release pipeline runs it (build isolation: no torch-fl there).
+    The certificate signs a cert-profile report for this very build (the full cert profile
+    takes minutes; conformance's own tests run it): what is checked here is the packaging."""
+    from test_certificate import synthetic_report
+
+    from fl_runtime.plugins.certification import sha256_of
+    work = tmp_path_factory.mktemp("vendor")
+    _fl_sdk("new", "acme", "--defaults", "--output", "acme", cwd=work)
+    _fl_sdk("build", "acme", cwd=work)
+    _fl_sdk("test", "acme", "-k", "suite_abi", cwd=work)
+    _fl_sdk("keygen", str(work / "certifier.key"), cwd=work)
+    library = work / "acme" / "acme" / "libfl_acme.so"
+    report = work / "cert.json"
+    report.write_text(json.dumps(synthetic_report(sha256_of(library))))
+    _fl_sdk("certify", "acme", "--key", str(work / "certifier.key"), "--report", str(report), cwd=work)
+    certified = sha256_of(library)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "./acme", "-w", "dist"],
+                            cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert sha256_of(library) == certified       # packaging did not rebuild the certified library
+    (wheel,) = (work / "dist").glob("acme-*.whl")
+    return wheel, work / "certifier.key.pub"
+
+
+def test_the_plugin_wheel_is_one_per_platform_and_carries_its_certificate(acme_wheel):
+    import zipfile
+    wheel, _ = acme_wheel
+    assert re.fullmatch(r"acme-0\.1\.0-py3-none-linux_\w+\.whl", wheel.name), wheel.name
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {"acme/libfl_acme.so", "acme/libfl_acme.so.flcert", "acme/__init__.py"} <= set(names), names
+    assert not [n for n in names if n.endswith(".build.json")]
+
+
+def test_a_user_installs_the_wheel_and_requires_certified_plugins(plain_venv, acme_wheel, tmp_path):
+    python, env = plain_venv
+    wheel, public_key = acme_wheel
+    site = tmp_path / "site"
+    result = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
+                             str(wheel)], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = tmp_path / "config.yaml"
+    config.write_text(f"certification:\n  require_certified: true\n  trusted_keys: [{public_key}]\n")
+    user = {**env, "PYTHONPATH": str(site), "TORCH_FL_CONFIG": str(config)}
+    devices = subprocess.run([str(python.parent / "torch-fl"), "devices"], capture_output=True, text=True,
+                             env=user, cwd=tmp_path, timeout=300)
+    assert devices.returncode == 0, devices.stderr[-3000:]
+    row = next(line for line in devices.stdout.splitlines() if " acme " in line)
+    assert re.search(r"\byes\b", row) and str(site) in row, devices.stdout
+    assert "reference" not in devices.stdout.split("\n", 1)[1]      # uncertified: refused
+    result = subprocess.run([str(python), "-c", USER_CHECK], capture_output=True, text=True, env=user,
+                            cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    status = json.loads(result.stdout.strip().splitlines()[-1])
+    assert status["certified"] and status["code"] == "certified", status
+    assert status["path"] == str(site / "acme" / "libfl_acme.so")

@@ -92,3 +92,25 @@ def test_a_change_to_an_included_file_of_another_suffix_rebuilds(tmp_path, cache
     assert answer_of(build(plugin)) == 28
     (plugin / "src" / "factor.inc").write_text("return 9 * twice(2);\n")
     assert answer_of(build(plugin)) == 36
+
+
+def test_a_deleted_source_rebuilds_the_library(tmp_path, cache):
+    """Up to date means built from today's sources: a source that is gone leaves no
+    stale code behind (the build record beside the library lists the sources)."""
+    root = make_plugin(tmp_path / "a")
+    (root / "src" / "extra.c").write_text("int extra(void) { return 7; }\n")
+    library = build(root)
+    copy = library.with_name("with-extra.so")
+    shutil.copy(library, copy)
+    assert ctypes.CDLL(str(copy)).extra() == 7
+    (root / "src" / "extra.c").unlink()
+    build(root)
+    copy = library.with_name("without-extra.so")
+    shutil.copy(library, copy)
+    assert not hasattr(ctypes.CDLL(str(copy)), "extra")
+
+
+def test_a_missing_compiler_is_named_in_one_line(tmp_path, cache, monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    with pytest.raises(BuildError, match=r"^CC=/nonexistent/cc names no compiler .* set CC to an installed"):
+        build(make_plugin(tmp_path / "a"), force=True)

@@ -11,16 +11,20 @@ the test process's).
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
+
+from conformance.report import LOAD_REFUSED
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE_DIR = ROOT / "vendor_template"
@@ -117,8 +121,11 @@ def test_generated_workflow_is_a_well_formed_conformance_job(acme):
     assert upload["with"]["path"] == "conformance-reports/" and upload["if"] == "always()"
     commands = "\n".join(step.get("run", "") for step in steps)
     assert "pip install" in commands and "fl-sdk build ." in commands
+    # fl-sdk test needs the SDK's extras (pytest, hypothesis, ...): plain torch-fl lacks them.
+    installs = [line for line in commands.splitlines() if "pip install" in line and "torch-fl" in line]
+    assert installs and all(re.search(r"""pip install ["']?torch-fl\[sdk\]""", line) for line in installs), installs
     test_command = next(line for line in commands.replace("\\\n", " ").splitlines() if "fl-sdk test" in line)
-    for flag in ("acme/libfl_acme.so", "--profile ci", "--junit", "--json", "--html"):
+    for flag in ("fl-sdk test . ", "--profile ci", "--junit", "--json", "--html"):
         assert flag in test_command
 
 
@@ -243,8 +250,10 @@ def test_e2e_abi_memory_and_streams_pass_before_any_kernel(acme, sdk_env, tmp_pa
 
 def test_e2e_unwritten_kernels_are_reported_not_supported(acme, sdk_env, tmp_path):
     report = tmp_path / "kernels.json"
-    ok(fl_sdk(sdk_env, "test", str(library(acme)), "--profile", "ci", "--json", str(report),
-              "-k", "test_numerics and float32"))
+    result = ok(fl_sdk(sdk_env, "test", str(library(acme)), "--profile", "ci", "--json", str(report),
+                       "-k", "test_numerics and float32"))
+    # Declined explicit cases are passed over without hypothesis' reject() (deprecated outside a test).
+    assert "HypothesisDeprecationWarning" not in result.stdout + result.stderr
     numerics = [t for t in json.loads(report.read_text())["tests"] if t["test"].startswith("test_numerics")]
     assert {t["op"] for t in numerics} == set(STARTING_OPS.split(","))
     for t in numerics:      # each skeleton declined its calls: not a crash, not a failure
@@ -263,6 +272,92 @@ def test_filled_in_skeleton_passes_its_numerics(acme, sdk_env, tmp_path):
     assert numerics["status"] == "pass" and numerics["examples"] > 0
     assert results["test_malformed_launches[neg-precise]"]["status"] == "pass"
     assert results["test_numerics[neg-float16-precise]"]["status"] == "not_supported"
+
+
+def readme_example(project: Path) -> tuple[str, str]:
+    """README.md "Add a kernel": the example body and its registration line, as a vendor copies them."""
+    section = (project / "README.md").read_text().split("## Add a kernel", 1)[1]
+    body = re.search(r"```c\n(.*?)```", section, re.S).group(1)
+    registration = re.search(r"`(FLK_REGISTER\(.*?\);)`", section).group(1)
+    return body, registration
+
+
+def test_the_readme_example_passes_for_every_dtype_it_registers(acme, sdk_env, tmp_path):
+    """Followed literally, "Add a kernel" gives a neg that passes for each dtype its registration lists."""
+    project = tmp_path / "acme"
+    shutil.copytree(acme, project, ignore=shutil.ignore_patterns(".git", "*.so"))
+    body, registration = readme_example(project)
+    source = project / "src" / "kernels" / "unary.c"
+    text = source.read_text().replace(NEG_SKELETON_TAIL, textwrap.indent(textwrap.dedent(body).rstrip(), "    "))
+    source.write_text(text.replace(NEG_REGISTRATION, registration))
+    ok(fl_sdk(sdk_env, "build", str(project)))
+    report = tmp_path / "neg.json"
+    ok(fl_sdk(sdk_env, "test", str(project), "--json", str(report), "-k", "test_numerics and neg and precise"))
+    statuses = {t["dtype"]: t["status"] for t in json.loads(report.read_text())["tests"]}
+    passed = {dtype for dtype, status in statuses.items() if status == "pass"}
+    assert passed == {"float32", "float16"} and "fail" not in statuses.values(), statuses
+
+
+def test_test_and_verify_take_the_project_directory(acme, sdk_env):
+    """From the folder holding the project, `fl-sdk test acme` means the library its plugin.yaml names."""
+    result = ok(fl_sdk(sdk_env, "test", "acme", "-k", "test_entry_symbol", cwd=acme.parent))
+    assert "1 pass" in result.stdout, result.stdout
+    result = fl_sdk(sdk_env, "verify", "acme", "--trusted-key", "acme/no-such.pub", cwd=acme.parent)
+    assert result.returncode == 2 and "no such library" not in result.stderr
+    assert "no-such.pub" in result.stderr, result.stderr
+    result = fl_sdk(sdk_env, "test", "src", cwd=acme)
+    assert result.returncode == 2 and "without plugin.yaml" in result.stderr, result.stderr
+
+
+def test_a_kernel_registered_twice_is_a_load_failure_with_its_reports(acme, sdk_env, tmp_path):
+    """Not a pytest INTERNALERROR: its own exit status, the loader's reason, JSON and JUnit."""
+    project = tmp_path / "acme"
+    shutil.copytree(acme, project, ignore=shutil.ignore_patterns(".git", "*.so"))
+    source = project / "src" / "kernels" / "unary.c"
+    source.write_text(source.read_text().replace(NEG_REGISTRATION, NEG_REGISTRATION + "\n" + NEG_REGISTRATION))
+    ok(fl_sdk(sdk_env, "build", str(project)))
+    report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
+    result = fl_sdk(sdk_env, "test", str(project), "--json", str(report), "--junit", str(junit))
+    assert result.returncode == LOAD_REFUSED and "INTERNALERROR" not in result.stdout + result.stderr
+    assert "registered twice" in result.stdout + result.stderr
+    data = json.loads(report.read_text())
+    assert data["exit_status"] == LOAD_REFUSED and data["summary"]["fail"] == 1
+    assert "registered twice" in data["tests"][0]["message"]
+    assert "registered twice" in junit.read_text()
+
+
+def test_k_naming_an_op_the_plugin_lacks_says_so(acme, sdk_env):
+    result = fl_sdk(sdk_env, "test", str(acme), "-k", "gelu")
+    assert result.returncode == 5            # pytest's "nothing selected", now with the reason
+    assert "plugin 'acme' has no kernel for gelu" in result.stdout and "fl-sdk todo" in result.stdout, result.stdout
+
+
+def test_todo_ranks_the_ops_reference_workloads_need_that_the_plugin_lacks(acme, sdk_env, tmp_path):
+    """`fl-sdk todo`: traced with the runtime's coverage tool; a kernel the plugin has is not on it."""
+    out = tmp_path / "todo.json"
+    result = ok(fl_sdk(sdk_env, "todo", str(acme), "--json", str(out), "--top", "5", timeout=900))
+    document = json.loads(out.read_text())
+    assert {"CNN", "AdamW step"} <= set(document["traced"])
+    if importlib.util.find_spec("transformers"):
+        assert {"GPT-2", "BERT", "Llama", "T5", "ViT"} <= set(document["traced"]), document["skipped"]
+    todo = {op["op"]: op for op in document["todo"]}
+    assert "aten::add.Tensor" not in todo                       # acme registers it
+    mm = todo["aten::mm"]
+    assert mm["status"] == "cpu" and mm["calls"] == sum(mm["workloads"].values()) > 0
+    calls = [op["calls"] for op in document["todo"] if op["status"] == "cpu"]
+    assert calls == sorted(calls, reverse=True)                 # the most called first
+    table = result.stdout.splitlines()
+    assert len([line for line in table if re.match(r"\s+\d+\s+aten::", line)]) == 5
+    assert "aten::mm" in result.stdout
+
+
+def test_the_human_report_has_what_to_implement_next(acme, sdk_env, tmp_path):
+    report, page = tmp_path / "report.json", tmp_path / "report.html"
+    ok(fl_sdk(sdk_env, "test", str(acme), "-k", "test_entry_symbol", "--todo", "--json", str(report),
+              "--html", str(page), timeout=900))
+    todo = json.loads(report.read_text())["todo"]
+    assert todo["ops"] and todo["ops"][0]["status"] == "cpu"
+    assert "<h2>What to implement next</h2>" in page.read_text() and todo["ops"][0]["op"] in page.read_text()
 
 
 # ---- update -------------------------------------------------------------------------

@@ -29,9 +29,9 @@ def two_plugins(tmp_path_factory) -> tuple[str, str]:
     return str(build(REFERENCE)), str(second)
 
 
-def _devices(python, libraries: list[str]) -> list[tuple[str, str, str]]:
+def _devices(python, libraries: list[str], config: str | None = None) -> list[tuple[str, str, str]]:
     env = {"TORCH_FL_DISABLE_ENTRY_POINTS": "1", "TORCH_FL_PLUGINS": ":".join(libraries),
-           "FL_REFERENCE_DEVICES": "2"}
+           "FL_REFERENCE_DEVICES": "2", **({"TORCH_FL_CONFIG": config} if config else {})}
     result = python("import json, torch_fl; print(json.dumps(torch_fl.list_devices()))", env)
     assert result.returncode == 0, result.stderr
     return [(d["device"], d["type"], d["uuid"]) for d in json.loads(result.stdout.strip().splitlines()[-1])]
@@ -46,6 +46,15 @@ def test_ids_hold_across_load_orders_and_restarts(two_plugins, python):
                            ("fl:3", "reference2", "ref2-0000-0000-0000-0001")]
     assert _devices(python, [second, reference]) == first_order
     assert _devices(python, [reference, second]) == first_order      # a restart
+
+
+def test_the_config_devices_list_pins_the_order_of_types(two_plugins, python, tmp_path):
+    """docs/operators/plugins.md "Device numbering": listed types come in the list's order."""
+    config = tmp_path / "config.yaml"
+    config.write_text("devices:\n  - type: reference2\n  - type: reference\n")
+    pinned = _devices(python, list(two_plugins), str(config))
+    assert [(device, kind) for device, kind, _ in pinned] == [("fl:0", "reference2"), ("fl:1", "reference2"),
+                                                              ("fl:2", "reference"), ("fl:3", "reference")]
 
 
 def test_both_vendors_compute_and_exchange_tensors(two_plugins, python):

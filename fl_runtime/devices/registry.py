@@ -1,7 +1,9 @@
 """The flat, stable list of logical devices fl:0 ... fl:N across all plugins.
 
 Order is by (device type, uuid), never by plugin load order, so the same
-physical device gets the same index on every start of the same machine.
+physical device gets the same index on every start of the same machine; a config
+`devices:` list orders the types it names as it lists them (docs/operators/plugins.md
+"Device numbering").
 """
 from __future__ import annotations
 
@@ -130,7 +132,7 @@ def build_device_list(plugins: list[Plugin], config: Config) -> tuple[list[Devic
         record_driver_versions(plugin, probed)
         offered.update(dev.device_type for dev in probed)
         found.extend(dev for dev in probed if _driver_gate(dev, config, reasons))
-    found.sort(key=lambda d: (d.device_type, d.uuid))
+    found.sort(key=lambda d: (_listed_position(config, d.device_type), d.device_type, d.uuid))
     chosen = []
     taken_per_type: dict[str, int] = {}
     for dev in found:
@@ -153,3 +155,10 @@ def build_device_list(plugins: list[Plugin], config: Config) -> tuple[list[Devic
     for reason in reasons:
         logger.info(reason)
     return chosen, reasons
+
+
+def _listed_position(config: Config, device_type: str) -> int:
+    """Where the config's `devices:` list names a type (pins the order of types); types it
+    does not name come after, by name."""
+    types = [rule.type for rule in config.devices]
+    return types.index(device_type) if device_type in types else len(types)

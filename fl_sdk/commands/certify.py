@@ -10,7 +10,7 @@ from pathlib import Path
 
 def register(subparsers) -> None:
     cmd = subparsers.add_parser("certify", help="run the cert profile and sign a certificate if it passes")
-    cmd.add_argument("plugin", help="plugin library path, or the name of an installed plugin")
+    cmd.add_argument("plugin", help="plugin library path, plugin project directory, or an installed plugin's name")
     cmd.add_argument("--key", required=True, help="the certifier's private key (fl-sdk keygen)")
     cmd.add_argument("--out", metavar="FILE", help="certificate file (default: LIBRARY.flcert beside the library, "
                      "where the runtime looks)")

@@ -6,7 +6,7 @@ import argparse
 
 def register(subparsers) -> None:
     cmd = subparsers.add_parser("test", help="run the conformance suite on a plugin")
-    cmd.add_argument("plugin", help="plugin library path, or the name of an installed plugin")
+    cmd.add_argument("plugin", help="plugin library path, plugin project directory, or an installed plugin's name")
     cmd.add_argument("--profile", default="ci", help="ci (default) or cert")
     cmd.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
     cmd.add_argument("--json", metavar="FILE", help="write the JSON report")
@@ -21,6 +21,9 @@ def register(subparsers) -> None:
     cmd.add_argument("--coverage", action="store_true",
                      help="rebuild the plugin from its plugin.yaml with gcov instrumentation, run the profile on "
                           "that build and report the branches of each source the suite never reached")
+    cmd.add_argument("--todo", action="store_true",
+                     help="also trace reference workloads and rank the ops they call that the plugin lacks "
+                          "(as `fl-sdk todo`; in the JSON and HTML reports)")
     cmd.set_defaults(handler=run)
 
 
@@ -28,4 +31,4 @@ def run(args: argparse.Namespace) -> int:
     from conformance.runner import run as run_suite   # imports torch: only for this command
     return run_suite(args.plugin, args.profile, args.junit, args.json, args.seed, args.keyword,
                      args.run_known_failures, html_path=args.html, unit_timeout_s=args.unit_timeout,
-                     coverage=args.coverage)
+                     coverage=args.coverage, with_todo=args.todo)

@@ -7,7 +7,7 @@ import sys
 
 def register(subparsers) -> None:
     cmd = subparsers.add_parser("verify", help="check a plugin's certificate against trusted public keys")
-    cmd.add_argument("plugin", help="plugin library path, or the name of an installed plugin")
+    cmd.add_argument("plugin", help="plugin library path, plugin project directory, or an installed plugin's name")
     cmd.add_argument("--certificate", metavar="FILE", help="certificate file (default: LIBRARY.flcert)")
     cmd.add_argument("--trusted-key", metavar="PUB", action="append", required=True, dest="trusted_keys",
                      help="a trusted Ed25519 public key file (PEM or raw); repeat for several")
