@@ -260,9 +260,10 @@ def check_native_bridge() -> Check:
         return Check("native bridge", OK, f"in use: {state.detail}")
     if state.detail.startswith(f"off: {bridge.SWITCH_ENV}=0"):
         return Check("native bridge", OK, f"{state.detail}; the Python route runs")
-    return Check("native bridge", WARN, f"the Python route runs (generators, pinned memory, storage resizes, "
-                 f"several devices per thread in backward are unavailable): {state.detail}",
-                 "install a C++ compiler (g++) and run torch-fl build-bridge")
+    from fl_runtime.bridge import off
+    reason, fix = off.reason_and_fix(state.detail)
+    return Check("native bridge", WARN, f"off, the Python route runs ({off.SERVED_ONLY_BY_IT} raise "
+                 f"NativeBridgeOffError or work only partly): {reason}", fix)
 
 
 def check_compiled_helpers() -> Check:
