@@ -17,11 +17,18 @@ OTHER_TESTS := tests/test_torch_version.py tests/test_architecture.py tests/test
                tests/test_copies_and_streams.py tests/test_serialization.py tests/test_e2e_training.py \
                tests/test_compile.py tests/test_sdpa.py tests/test_optimizers.py tests/test_torch_profiler.py \
                tests/test_graph_path.py tests/test_accelerator.py
+# Our own builds hold C and C++ to -Wall -Wextra -Werror (fl_sdk/build.py, the bridge's build.py);
+# a user's `pip install` and `fl-sdk build` do not (their newer compiler may warn where ours did not).
+export FL_WERROR ?= 1
+# The platforms `make test` also installs on, each a fresh debootstrap system (tests/platforms/
+# README.md): the current Debian stable and Debian testing.  PLATFORMS= leaves them out.
+PLATFORMS ?= trixie forky
+PLATFORM_LOG ?= .platforms.log
 # Third-party test dependencies come from this lock file, so a new release cannot turn main red
 # overnight; `make refresh-constraints` moves it to the newest releases the ranges admit.
 CONSTRAINTS := .ci/constraints.txt
 
-.PHONY: demo test test-other-torches bench build install clean refresh-constraints docs opencl opencl-deps
+.PHONY: demo test test-other-torches test-platforms bench build install clean refresh-constraints docs opencl opencl-deps
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -67,12 +74,14 @@ OTHER_LOG ?= .venv-torch-other.log
 # it in one process.
 TEST_WORKERS ?= 2
 test: build opencl
-	@rm -f $(OTHER_LOG)
+	@rm -f $(OTHER_LOG) $(PLATFORM_LOG)
 	@$(MAKE) --no-print-directory test-other-torches > $(OTHER_LOG) 2>&1 & other=$$!; \
+	$(MAKE) --no-print-directory test-platforms > $(PLATFORM_LOG) 2>&1 & platforms=$$!; \
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25; main=$$?; \
-	wait $$other; otherrc=$$?; \
+	wait $$other; otherrc=$$?; wait $$platforms; platformrc=$$?; \
 	echo "---- PyTorch $(OTHER_TORCHES) runs, exit status $$otherrc (log: $(OTHER_LOG))"; cat $(OTHER_LOG); \
-	test $$main -eq 0 && test $$otherrc -eq 0
+	echo "---- platforms $(PLATFORMS), exit status $$platformrc (log: $(PLATFORM_LOG))"; cat $(PLATFORM_LOG); \
+	test $$main -eq 0 && test $$otherrc -eq 0 && test $$platformrc -eq 0
 
 test-other-torches: $(foreach v,$(OTHER_TORCHES),test-torch-$(v))
 
@@ -96,6 +105,14 @@ test-torch-%: build
 	HYPOTHESIS_PROFILE=ci .venv-torch-$*/bin/python -m pytest -q $(OTHER_TESTS)
 	.venv-torch-$*/bin/python -m fl_sdk test reference --profile ci -k "abi or memory or streams"
 
+# Each platform in turn (they share the machine's two cores with the main suite): a cached
+# debootstrap system, a throw-away overlay, a fresh venv, torch first, then `pip install .` and
+# the checks (tests/platforms/README.md).  Root is needed (debootstrap, chroot, mounts).
+test-platforms:
+	@if [ -z "$(strip $(PLATFORMS))" ]; then echo "platform runs left out (PLATFORMS is empty)"; exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then echo "the platform runs need root (debootstrap, chroot); run as root or set PLATFORMS="; exit 1; fi; \
+	rc=0; for suite in $(PLATFORMS); do nice -n 5 tests/platforms/run-platform $$suite || rc=1; done; exit $$rc
+
 refresh-constraints:
 	.ci/refresh-constraints
 
@@ -108,4 +125,4 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) .venv-torch-* .venv-newest $(OTHER_LOG) reference_vendor/*.so plugins/opencl/opencl/*.so site
+	rm -rf $(VENV) .venv-torch-* .venv-newest $(OTHER_LOG) $(PLATFORM_LOG) reference_vendor/*.so plugins/opencl/opencl/*.so site

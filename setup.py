@@ -49,7 +49,8 @@ def _prebuild_bridge(build_lib: Path) -> None:
     """The native bridge (fl_runtime/bridge), built into the wheel when the environment being
     installed into already has torch: the build runs the target interpreter in isolated mode
     (-I: pip's build-environment path is dropped, so the target's site-packages, and its torch,
-    are seen).  Without torch there, or without a C++ compiler, the bridge is built on first use."""
+    are seen).  Without torch there, or without a C++ compiler, the runtime takes the Python route
+    and names `torch-fl build-bridge` at its first fl use (a start never compiles)."""
     builder = ROOT / "fl_runtime" / "bridge" / "build.py"
     into = build_lib / "fl_runtime" / "bridge" / "_prebuilt"
     script = (f"import importlib.util as u, sys; s = u.spec_from_file_location('fl_bridge_build', {str(builder)!r}); "
@@ -57,7 +58,7 @@ def _prebuild_bridge(build_lib: Path) -> None:
               f"print(b.ensure_built(into=__import__('pathlib').Path({str(into)!r}), announce=print))")
     found = subprocess.run([sys.executable, "-I", "-c", "import torch"], capture_output=True)
     if found.returncode != 0:
-        print("torch-fl: torch is not installed where torch-fl goes: the native bridge is built on first use")
+        print("torch-fl: torch is not installed where torch-fl goes: run `torch-fl build-bridge` after installing it")
         return
     result = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True)
     for leftover in [*into.glob("*.lock"), into / "timings.json"]:     # the cache's, not the wheel's
@@ -66,7 +67,7 @@ def _prebuild_bridge(build_lib: Path) -> None:
         print(f"torch-fl: built the native bridge: {result.stdout.strip().splitlines()[-1]}")
     else:
         reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        print(f"torch-fl: the native bridge was not built ({reason}); it is built on first use")
+        print(f"torch-fl: the native bridge was not built ({reason}); `torch-fl build-bridge` builds it later")
 
 
 def _write_abi_module(build_lib: Path) -> None:

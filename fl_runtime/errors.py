@@ -94,6 +94,17 @@ class UnsupportedOpError(FLError, NotImplementedError):
         self.device = device
 
 
+class NativeBridgeOffError(FLError, NotImplementedError):
+    """A PyTorch hook that only the native bridge serves (docs/users/native-bridge.md), asked
+    for while the bridge is off in this process; `reason` says why, the message what to do."""
+
+    def __init__(self, what: str, reason: str, fix: str) -> None:
+        super().__init__(f"{what} needs Torch-FL's native bridge, which is off in this process "
+                         f"({reason}); {fix}")
+        self.what = what
+        self.reason = reason
+
+
 class UnsupportedDtypeError(FLError, TypeError):
     """A dtype fl tensors cannot hold (the ABI has no code for it)."""
 

@@ -47,13 +47,15 @@ def test_explicit_cpu_generator_gives_the_cpu_values(fl, draw):
 
 
 def test_fl_generator_cannot_be_created_on_the_python_route(python):
-    """Without the native bridge PyTorch can make no fl generator (docs/users/native-bridge.md)."""
+    """Without the native bridge PyTorch can make no fl generator (docs/users/native-bridge.md):
+    our error, naming why the bridge is off and the fix, not PyTorch's internal one."""
     result = python("""
         import torch, torch_fl
+        from fl_runtime.errors import NativeBridgeOffError
         try:
             torch.Generator(device="fl:1")
-        except NotImplementedError as exc:
-            print("refused:", "getNewGenerator" in str(exc))
+        except NativeBridgeOffError as exc:
+            print("refused:", "TORCH_FL_BRIDGE=0" in str(exc) and "PrivateUse1Hooks" not in str(exc))
     """, env=PYTHON_ROUTE)
     assert result.returncode == 0 and "refused: True" in result.stdout, result.stderr
 

@@ -56,7 +56,7 @@ def test_the_test_processes_run_on_the_bridge(fl):
 
 def test_a_cached_build_is_found_by_key_and_loaded_without_compiling(fake_compiler):
     env, log = fake_compiler
-    chain = build.toolchain()
+    chain = build.target()
     first = build.ensure_built(chain, announce=lambda text: None)
     assert len(_builds(log)) == 1 and first.read_bytes().startswith(b"a stand-in library")
     manifest = json.loads((first.parent / build.MANIFEST).read_text())
@@ -67,7 +67,7 @@ def test_a_cached_build_is_found_by_key_and_loaded_without_compiling(fake_compil
 
 def test_a_corrupt_entry_is_rebuilt_never_loaded(fake_compiler):
     env, log = fake_compiler
-    chain = build.toolchain()
+    chain = build.target()
     library = build.ensure_built(chain, announce=lambda text: None)
     library.write_bytes(b"flipped bits")                 # the manifest's SHA-256 no longer matches
     assert build.cached_library(chain.key()) is None
@@ -78,16 +78,68 @@ def test_a_corrupt_entry_is_rebuilt_never_loaded(fake_compiler):
 
 
 def test_the_key_changes_with_every_input_of_the_binary(monkeypatch):
-    """Another PyTorch build, C++ ABI, compiler or source gets its own entry: a stale one is
+    """Another PyTorch build, C++ ABI, Python ABI or source gets its own entry: a stale one is
     never found, so never loaded."""
     import dataclasses
-    chain = build.toolchain()
+    chain = build.target()
     key = chain.key()
     for field, value in (("torch_version", "2.99.0"), ("torch_git", "0" * 40), ("cxx11_abi", not chain.cxx11_abi),
-                         ("compiler_id", "another compiler")):
+                         ("python_abi", ".cpython-399-x86_64-linux-gnu.so")):
         assert dataclasses.replace(chain, **{field: value}).key() != key, field
     monkeypatch.setattr(build, "source_hash", lambda: "edited sources")
     assert chain.key() != key
+
+
+def test_a_built_bridge_loads_without_a_compiler_and_a_compiler_upgrade_keeps_it(fake_compiler, tmp_path,
+                                                                                  monkeypatch):
+    """The key names no compiler: a runtime image without one finds the build made for it, and
+    a new compiler (another path, size or date) does not rebuild it."""
+    env, log = fake_compiler
+    built = build.ensure_built(announce=lambda text: None)
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    with pytest.raises(build.BridgeBuildError, match="no C\\+\\+ compiler"):
+        build.compiler()
+    assert build.find_built() == built and build.ensure_built(announce=lambda text: None) == built
+    assert len(_builds(log)) == 1
+
+
+def test_cxx_with_arguments_keeps_every_word(fake_compiler, tmp_path, monkeypatch):
+    """CXX="ccache g++": the launcher and the compiler both run (shlex-split, as make does)."""
+    env, log = fake_compiler
+    launcher = tmp_path / "launcher"
+    launcher.write_text(f"#!/bin/sh\necho \"launcher $1\" >> {log}\nexec \"$@\"\n")
+    launcher.chmod(0o755)
+    monkeypatch.setenv("CXX", f"{launcher} {env['CXX']}")
+    assert build.compiler() == [str(launcher), env["CXX"]]
+    build.ensure_built(announce=lambda text: None)
+    calls = log.read_text().splitlines()
+    assert sum(line == f"launcher {env['CXX']}" for line in calls) >= 2 and len(_builds(log)) == 1, calls
+
+
+def test_import_torch_runs_no_compiler_and_the_first_fl_use_says_how_to_build(python, tmp_path):
+    """No build for the running torch: `import torch` (autoload) compiles nothing, the runtime
+    takes the Python route, and the first fl use says so once, with the command."""
+    calls = tmp_path / "compiler-calls"
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    for name in ("c++", "g++", "gcc", "cc"):
+        (fake_bin / name).write_text(f"#!/bin/sh\necho \"{name} $*\" >> {calls}\nexit 1\n")
+        (fake_bin / name).chmod(0o755)
+    env = {"PATH": f"{fake_bin}:{os.environ['PATH']}", "TORCH_FL_CACHE_DIR": str(tmp_path / "cache"),
+           "CXX": "c++", "TORCH_FL_BRIDGE": ""}
+    result = python("""
+        import sys, torch
+        print("fl started at import:", "fl_runtime" in sys.modules)
+        torch.ones(2, device="fl:0"); torch.ones(2, device="fl:1") * 2
+        from fl_runtime import bridge
+        print("active:", bridge.status().active)
+    """, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "fl started at import: True" in result.stdout and "active: False" in result.stdout
+    assert not calls.exists(), calls.read_text()
+    notices = [line for line in result.stderr.splitlines() if "native bridge is off" in line]
+    assert len(notices) == 1 and "torch-fl build-bridge" in notices[0], result.stderr
 
 
 def test_eight_processes_starting_at_once_build_once(fake_compiler, tmp_path):
@@ -115,30 +167,45 @@ def _start(python, env: dict, code: str):
     """, env=env)
 
 
-def test_without_a_compiler_the_python_route_runs_and_says_why(python, tmp_path):
-    result = _start(python, {"CXX": str(tmp_path / "no-such-c++"), "TORCH_FL_CACHE_DIR": str(tmp_path)}, """
+def test_without_a_build_the_python_route_runs_and_says_why_in_our_words(python, tmp_path):
+    env = {"CXX": str(tmp_path / "no-such-c++"), "TORCH_FL_CACHE_DIR": str(tmp_path)}
+    result = _start(python, env, """
         print(json.dumps({"active": bridge.status().active, "detail": bridge.status().detail,
                           "works": (torch.ones(2, device="fl:1") * 3).cpu().tolist()}))
+        from fl_runtime.errors import NativeBridgeOffError
         try:
             torch.Generator(device="fl:0")
-        except NotImplementedError:
-            print("python route: no device generators")
+        except NativeBridgeOffError as exc:
+            print("refused:", exc)
+        print("cpu generator:", isinstance(torch.Generator().manual_seed(1), torch.Generator))
     """)
     assert result.returncode == 0, result.stderr
     state = json.loads(result.stdout.splitlines()[0])
-    assert not state["active"] and "no C++ compiler" in state["detail"] and state["works"] == [3.0, 3.0]
-    assert "python route: no device generators" in result.stdout
+    assert not state["active"] and "none is built for torch" in state["detail"] and state["works"] == [3.0, 3.0]
+    assert "no C++ compiler" in state["detail"]
+    refused = next(line for line in result.stdout.splitlines() if line.startswith("refused:"))
+    assert "torch.Generator(device='fl:0') needs Torch-FL's native bridge" in refused
+    assert "torch-fl build-bridge" in refused and "cpu generator: True" in result.stdout
     doctor = subprocess.run([sys.executable, "-m", "fl_runtime.tools.cli", "doctor", "--json"], capture_output=True,
-                            text=True, env={**os.environ, "CXX": str(tmp_path / "no-such-c++"),
-                                            "TORCH_FL_CACHE_DIR": str(tmp_path)}, timeout=300)
+                            text=True, env={**os.environ, **env}, timeout=300)
     check = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "native bridge")
-    assert check["status"] == "warn" and "no C++ compiler" in check["detail"] and "g++" in check["next_step"]
+    assert check["status"] == "warn" and "none is built" in check["detail"] and "generators" in check["detail"]
+    assert "torch-fl build-bridge" in check["next_step"] and "g++" in check["next_step"]
 
 
 def test_the_switch_turns_the_bridge_off_or_requires_it(python, tmp_path):
     off = _start(python, {"TORCH_FL_BRIDGE": "0"}, "print(bridge.status().active, bridge.status().detail)")
     assert off.returncode == 0 and off.stdout.startswith("False off: TORCH_FL_BRIDGE=0"), off.stderr
+    assert "native bridge is off" not in off.stderr      # asked for: no notice
     required = python("import torch_fl", env={"TORCH_FL_BRIDGE": "1", "CXX": str(tmp_path / "no-such-c++"),
                                              "TORCH_FL_CACHE_DIR": str(tmp_path)})
     assert required.returncode != 0
-    assert "TORCH_FL_BRIDGE=1 asks for the native bridge" in required.stderr and "no C++ compiler" in required.stderr
+    assert "TORCH_FL_BRIDGE=1 asks for the native bridge" in required.stderr and "none is built" in required.stderr
+
+
+def test_a_device_default_generator_is_not_leaked(fl):
+    """default_generator(i) hands Python a new reference (THPGenerator_initDefaultGenerator
+    makes a new wrapper): one more reference would keep every wrapper alive forever."""
+    native = sys.modules[bridge.MODULE_NAME]
+    wrapper = native.default_generator(0)
+    assert sys.getrefcount(wrapper) == 2        # `wrapper` and getrefcount's argument

@@ -87,13 +87,15 @@ def test_resizing_an_fl_storage_is_a_clear_error_on_the_python_route(python):
     lost (the bridge's resizes: tests/test_storage_resize.py)."""
     result = python("""
         import torch, torch_fl
-        from fl_runtime.errors import UnsupportedOpError
+        from fl_runtime.errors import NativeBridgeOffError
         x = torch.ones(3, device="fl")
         storage = x.untyped_storage()
         try:
             storage.resize_(32)
-        except UnsupportedOpError as exc:
-            assert "resize the tensor instead" in str(exc)
+        except NativeBridgeOffError as exc:
+            assert "t.resize_(...) works without it" in str(exc) and "TORCH_FL_BRIDGE=0" in str(exc)
+        else:
+            raise AssertionError("resized without the bridge")
         assert storage.nbytes() == 12 and torch.equal(x.cpu(), torch.ones(3))
         cpu = torch.UntypedStorage(2)
         cpu.resize_(5)                                     # CPU storages resize as before

@@ -8,9 +8,10 @@ companion of the runtime (csrc/), compiled against whichever PyTorch is installe
 and registered in place of the Python hooks.  Vendors are untouched: plugins implement the C
 ABI only, and one plugin binary serves every admitted PyTorch minor.
 
-`TORCH_FL_BRIDGE`: unset, the bridge is used where it can be built (else the Python route
-runs, and `status()` says why); `0` turns it off; `1` requires it (a start fails, naming the
-reason, when it cannot be had).
+`TORCH_FL_BRIDGE`: unset, the bridge is used where one is built for the running PyTorch (at
+`pip install`, or by `torch-fl build-bridge`; a start never compiles), else the Python route
+runs, `status()` says why and the first fl use says which command builds it (off.py); `0`
+turns it off; `1` requires it (a start fails, naming the reason, when none is built).
 """
 from __future__ import annotations
 
@@ -38,10 +39,10 @@ def status() -> BridgeStatus:
     return _status
 
 
-def load(announce=None):
-    """The bridge module for the running PyTorch (building it first if no cached build fits),
-    or None on the Python route; status() then says why.  Raises BridgeBuildError only when
-    TORCH_FL_BRIDGE=1 asks for the bridge and it cannot be had."""
+def load():
+    """The bridge module built for the running PyTorch (prebuilt or cached), or None on the
+    Python route; status() then says why.  Never compiles (build.py).  Raises BridgeBuildError
+    only when TORCH_FL_BRIDGE=1 asks for the bridge and none can be loaded."""
     global _status
     from fl_runtime.bridge import build
     setting = os.environ.get(SWITCH_ENV, "")
@@ -50,7 +51,9 @@ def load(announce=None):
         _status = BridgeStatus(False, f"off: {SWITCH_ENV}=0")
         return None
     try:
-        path = build.ensure_built(announce=announce)
+        path = build.find_built()
+        if path is None:
+            raise build.BridgeBuildError(_not_built(build))
         module = _import(path)
     except (build.BridgeBuildError, ImportError, OSError) as exc:
         _status = BridgeStatus(False, f"off: {exc}", required)
@@ -60,6 +63,18 @@ def load(announce=None):
         return None
     _status = BridgeStatus(True, str(path), required)
     return module
+
+
+def _not_built(build) -> str:
+    import platform
+
+    import torch
+    text = f"none is built for torch {torch.__version__} on Python {platform.python_version()}"
+    try:
+        build.compiler()
+    except build.BridgeBuildError as exc:
+        text += f"; {exc}"
+    return text
 
 
 def install(rt, module) -> None:

@@ -2,19 +2,23 @@
 
 The bridge (csrc/, docs/users/native-bridge.md) is C++ against PyTorch's headers, so it is
 built per PyTorch build: vendors never see a torch header, and one plugin binary serves
-every admitted minor.  Where it is built:
-- `make build` and `torch-fl build-bridge` (images, CI), and a `pip install` whose target
-  environment already has torch (setup.py), ahead of time;
-- otherwise on the first start that wants it, saying so on stderr with the usual duration.
+every admitted minor.  It is built ahead of time only, never behind an `import torch`:
+- at `pip install` when the target environment already has torch (setup.py, into the
+  package's `_prebuilt/`), and by `make build` / `torch-fl build-bridge` (into the cache);
+- a start that finds no build for its PyTorch takes the Python route and says, at the first
+  fl use, which command builds it (fl_runtime/bridge/__init__.py).
 
-The cache key is every input that changes the binary: the PyTorch version and build (git
-revision, C++ ABI flag), the Python version, the compiler (path and `--version`) and a hash
-of the bridge's sources.  A cache entry is a folder `<key>/` holding `_fl_bridge.so` and
-`manifest.json` (written last, with the library's SHA-256): an entry is used only when the
-manifest names the same key and the library's hash matches, so a stale or corrupt entry is
-rebuilt, never loaded.  Builds run under an exclusive file lock per key (eight ranks
-starting at once build once; the others wait and load the result), in a temporary folder
-renamed into place, so a crashed build leaves nothing that looks finished.
+The key is every input of the binary that can differ on one machine: the PyTorch version and
+build (git revision, C++ ABI flag), the Python ABI (extension suffix) and a hash of the
+bridge's sources.  The compiler is not part of it: the C++ ABI flag pins what the binary must
+match, so a compiler upgrade reuses the build, and finding one needs no compiler (a runtime
+image without one loads the bridge built for it).  `find_built()` looks in the package's
+`_prebuilt/` first, then the cache.  An entry is a folder `<key>/` holding `_fl_bridge.so` and
+`manifest.json` (written last, with the library's SHA-256 and the compiler that built it): it
+is used only when the manifest names the same key and the library's hash matches, so a stale
+or corrupt entry is rebuilt, never loaded.  Builds run under an exclusive file lock per key
+(eight ranks building at once build once), in a temporary folder renamed into place.
+`CXX` may carry arguments (`CXX="ccache g++"`); `FL_WERROR=1` adds -Werror (our CI).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -39,6 +44,8 @@ MANIFEST = "manifest.json"
 # Shipped by a wheel built where torch was importable (setup.py), checked before the cache.
 PREBUILT = Path(__file__).resolve().parent / "_prebuilt"
 CACHE_ENV = "TORCH_FL_CACHE_DIR"
+WERROR_ENV = "FL_WERROR"     # the switch fl_sdk/build.py reads too: warnings fail the build (CI)
+BUILD_COMMAND = "torch-fl build-bridge"
 _TYPICAL_SECONDS = 60        # said before the first build on a machine (no timing recorded yet)
 
 
@@ -47,20 +54,18 @@ class BridgeBuildError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Toolchain:
-    """What the bridge is compiled with and against."""
-    compiler: str
-    compiler_id: str
+class Target:
+    """The PyTorch and Python the bridge is compiled against (its cache key)."""
     torch_version: str
     torch_git: str
     cxx11_abi: bool
     torch_dir: Path
     python_include: str
+    python_abi: str = ""
 
     def identity(self) -> dict:
         return {"torch": self.torch_version, "torch_git": self.torch_git, "cxx11_abi": self.cxx11_abi,
-                "python": sys.implementation.cache_tag, "compiler": self.compiler,
-                "compiler_id": self.compiler_id, "sources": source_hash()}
+                "python": self.python_abi, "sources": source_hash()}
 
     def key(self) -> str:
         text = json.dumps(self.identity(), sort_keys=True)
@@ -81,24 +86,29 @@ def cache_dir() -> Path:
     return Path(base) / "bridge"
 
 
-def toolchain() -> Toolchain:
-    """The compiler and the running PyTorch; BridgeBuildError when either is unusable."""
+def target() -> Target:
+    """The running PyTorch and Python (no compiler is looked for)."""
     import torch
-    compiler = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
-    executable = shutil.which(compiler.split()[0])
+    return Target(torch_version=torch.__version__, torch_git=getattr(torch.version, "git_version", "") or "",
+                  cxx11_abi=bool(torch._C._GLIBCXX_USE_CXX11_ABI), torch_dir=Path(torch.__file__).resolve().parent,
+                  python_include=sysconfig.get_paths()["include"],
+                  python_abi=sysconfig.get_config_var("EXT_SUFFIX") or sys.implementation.cache_tag)
+
+
+def compiler() -> list[str]:
+    """The C++ compiler command (`CXX`, split as a shell would: `ccache g++` keeps both
+    words), else Python's own CXX, else c++; BridgeBuildError when it is not on PATH."""
+    command = shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
+    executable = shutil.which(command[0]) if command else None
     if executable is None:
-        raise BridgeBuildError(f"no C++ compiler: '{compiler}' is not on PATH (install g++ or set CXX)")
-    torch_dir = Path(torch.__file__).resolve().parent
-    if not (torch_dir / "include" / "ATen" / "detail" / "PrivateUse1HooksInterface.h").is_file():
-        raise BridgeBuildError(f"this PyTorch ships no C++ headers ({torch_dir / 'include'}): the bridge needs them")
-    # The compiler's identity without running it (a warm start must stay cheap): its real path,
-    # size and modification time change whenever the compiler does.
-    real = os.path.realpath(executable)
-    stat = os.stat(real)
-    return Toolchain(compiler=executable, compiler_id=f"{real}:{stat.st_size}:{stat.st_mtime_ns}",
-                     torch_version=torch.__version__, torch_git=getattr(torch.version, "git_version", "") or "",
-                     cxx11_abi=bool(torch._C._GLIBCXX_USE_CXX11_ABI), torch_dir=torch_dir,
-                     python_include=sysconfig.get_paths()["include"])
+        raise BridgeBuildError(f"no C++ compiler: '{' '.join(command)}' is not on PATH (install g++ or set CXX)")
+    return [executable, *command[1:]]
+
+
+def check_headers(chain: Target) -> None:
+    if not (chain.torch_dir / "include" / "ATen" / "detail" / "PrivateUse1HooksInterface.h").is_file():
+        raise BridgeBuildError(f"this PyTorch ships no C++ headers ({chain.torch_dir / 'include'}): "
+                               "the bridge needs them")
 
 
 def library_sha256(path: Path) -> str:
@@ -119,10 +129,16 @@ def cached_library(key: str, roots: tuple[Path, ...] | None = None) -> Path | No
     return None
 
 
-def ensure_built(chain: Toolchain | None = None, *, announce=None, into: Path | None = None) -> Path:
+def find_built(chain: Target | None = None) -> Path | None:
+    """The verified library for the running PyTorch (prebuilt, then cached), or None.  Runs no
+    compiler and builds nothing: what a start calls."""
+    return cached_library((chain or target()).key())
+
+
+def ensure_built(chain: Target | None = None, *, announce=None, into: Path | None = None) -> Path:
     """The library for the running PyTorch: a verified cached one, else built now (under the
     key's lock; `announce(text)` hears what a first build is doing)."""
-    chain = chain or toolchain()
+    chain = chain or target()
     key = chain.key()
     root = into or cache_dir()
     found = cached_library(key, (root,) if into else None)
@@ -133,24 +149,31 @@ def ensure_built(chain: Toolchain | None = None, *, announce=None, into: Path | 
         found = cached_library(key, (root,))       # another process may have built it meanwhile
         if found is not None:
             return found
-        return _build_entry(chain, key, root, announce or _say)
+        check_headers(chain)
+        return _build_entry(chain, compiler(), key, root, announce or _say)
 
 
-def build_command(chain: Toolchain, source: Path, output: Path) -> list[str]:
+def werror_asked() -> bool:
+    return os.environ.get(WERROR_ENV, "") not in ("", "0")
+
+
+def build_command(chain: Target, cxx: list[str], source: Path, output: Path) -> list[str]:
     include = chain.torch_dir / "include"
-    return [chain.compiler, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror",
+    # -Werror only where asked: a user's newer compiler warns where ours did not
+    werror = ["-Werror"] if werror_asked() else []
+    return [*cxx, "-std=c++20", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", *werror,
             f"-D_GLIBCXX_USE_CXX11_ABI={int(chain.cxx11_abi)}",
             # -isystem: PyTorch's and Python's headers are not ours to hold to -Werror
             "-isystem", str(include), "-isystem", chain.python_include, "-c", str(source), "-o", str(output)]
 
 
-def link_command(chain: Toolchain, objects: list[Path], output: Path) -> list[str]:
+def link_command(chain: Target, cxx: list[str], objects: list[Path], output: Path) -> list[str]:
     lib = chain.torch_dir / "lib"
-    return [chain.compiler, "-shared", *map(str, objects), "-o", str(output), f"-L{lib}",
+    return [*cxx, "-shared", *map(str, objects), "-o", str(output), f"-L{lib}",
             "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{lib}"]
 
 
-def _build_entry(chain: Toolchain, key: str, root: Path, announce) -> Path:
+def _build_entry(chain: Target, cxx: list[str], key: str, root: Path, announce) -> Path:
     typical = _typical_seconds(root)
     announce(f"torch_fl: building the native bridge for torch {chain.torch_version} "
              f"(once per PyTorch build; usually ~{typical:.0f} s here) into {root / key}")
@@ -161,10 +184,10 @@ def _build_entry(chain: Toolchain, key: str, root: Path, announce) -> Path:
         objects = [work / f"{source.stem}.o" for source in sources]
         jobs = max(1, min(len(sources), os.cpu_count() or 1))
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-            list(pool.map(lambda pair: _run(build_command(chain, *pair), pair[0].name), zip(sources, objects)))
-        _run(link_command(chain, objects, work / LIBRARY), "link")
+            list(pool.map(lambda pair: _run(build_command(chain, cxx, *pair), pair[0].name), zip(sources, objects)))
+        _run(link_command(chain, cxx, objects, work / LIBRARY), "link")
         seconds = time.monotonic() - started
-        manifest = {"key": key, "identity": chain.identity(), "compiler": _compiler_banner(chain.compiler),
+        manifest = {"key": key, "identity": chain.identity(), "compiler": _compiler_banner(cxx),
                     "sha256": library_sha256(work / LIBRARY),
                     "seconds": round(seconds, 1), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         for path in objects:
@@ -181,9 +204,9 @@ def _build_entry(chain: Toolchain, key: str, root: Path, announce) -> Path:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _compiler_banner(compiler: str) -> str:
+def _compiler_banner(cxx: list[str]) -> str:
     try:
-        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run([*cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return "?"
     return out.splitlines()[0] if out else "?"

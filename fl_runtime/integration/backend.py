@@ -12,6 +12,7 @@ import functools
 import torch
 
 from fl_runtime import bridge
+from fl_runtime.bridge import off as bridge_off
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.devices.streams import register_record_stream
 from fl_runtime.integration import (accelerator, autocast, distributed, fork, hf_trainer, ipc, lightning,
@@ -69,6 +70,8 @@ def install(rt) -> None:
     native = bridge.load()        # None: the Python route (bridge.status() says why)
     if native is not None:        # first: the runtime's thread state and RNG move onto it
         bridge.install(rt, native)
+    else:
+        bridge_off.install(rt)    # our errors for the hooks only the bridge serves, and one notice
     # for_storage: UntypedStorage.is_fl / .fl() and the TypedStorage ones (storages.py
     # then routes .fl() and construction through our allocator).
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True,
@@ -89,7 +92,8 @@ def install(rt) -> None:
     # (ops.boundary); the launcher's do it inline.
     owned = GuardedLibrary(aten)
     tensors.register(owned, rt, resizable_storage=native is not None)
-    copies.register(owned, rt, pinned_memory=native is not None)
+    copies.register(owned, rt, pinned_memory=native is not None,
+                    bridge_off=bridge_off.reason_and_fix(bridge.status().detail))
     register_record_stream(owned, rt)
     register_seeded_dropout(owned, rt)
     rnn.register(owned)             # the fused LSTM/GRU cells PyTorch picks for non-CPU devices

@@ -20,7 +20,6 @@ import torch
 
 from fl_runtime.abi import DTYPE_TO_FL
 from fl_runtime.devices.registry import DEVICE_TYPE
-from fl_runtime.errors import UnsupportedOpError
 
 _installed: list = []
 
@@ -46,7 +45,7 @@ def new_fl_storage(rt, device: torch.device, data: int | Sequence[int] = 0) -> t
 def install(rt, resizable: bool = False) -> None:
     """Route `torch.UntypedStorage(..., device="fl")` to new_fl_storage (once per process).
     `resizable`: the native bridge resizes fl storages (its PrivateUse1 hooks); without it,
-    UntypedStorage.resize_ on fl raises UnsupportedOpError saying what to do instead."""
+    UntypedStorage.resize_ on fl raises NativeBridgeOffError saying why and what to do instead."""
     if _installed:
         return
     base_new = torch._C.StorageBase.__new__
@@ -69,13 +68,12 @@ def install(rt, resizable: bool = False) -> None:
 
 def _refuse_fl_resize(original):
     """PyTorch resizes an fl storage through the PrivateUse1 hooks, which only C++ can register
-    (the native bridge does; without it PyTorch raises about PrivateUse1HooksInterface): say what
-    to do."""
+    (the native bridge does; without it PyTorch raises about PrivateUse1HooksInterface): say why
+    and what to do (fl_runtime/bridge/off.py)."""
     def resize_(self, size):
         if self.device.type == DEVICE_TYPE:
-            raise UnsupportedOpError("UntypedStorage.resize_", str(self.device),
-                                     "PyTorch 2.13 resizes storages only through a C++ allocator, which a "
-                                     "Python backend cannot register; resize the tensor instead "
-                                     "(t.resize_(...)), or make a new storage and copy_ into it")
+            from fl_runtime.bridge import off
+            raise off.error(f"UntypedStorage.resize_ on {self.device} (FSDP2 frees parameters this way; a "
+                            "tensor's own t.resize_(...) works without it)")
         return original(self, size)
     return resize_

@@ -25,9 +25,13 @@ from fl_runtime.ops import accounting
 STAGE_BYTES = 1 << 16
 
 
-def register(library: torch.library.Library, rt, pinned_memory: bool = False) -> None:
+def register(library: torch.library.Library, rt, pinned_memory: bool = False,
+             bridge_off: tuple[str, str] = ("", "")) -> None:
     """The runtime's copy kernels; `pinned_memory`: PyTorch has a pinned host allocator for fl
-    (the native bridge), so its own _pin_memory stays (else _pin_memory below answers)."""
+    (the native bridge), so its own _pin_memory stays (else _pin_memory below answers, and its
+    warning names `bridge_off`: why the bridge is off and what to do)."""
+    global _bridge_off
+    _bridge_off = bridge_off
     def copy_(self, src, non_blocking=False):
         if self.numel() == 0:
             return self
@@ -71,18 +75,22 @@ def _pin_memory(self: torch.Tensor, device=None) -> torch.Tensor:
     host memory: a copy from the host never reads the caller's buffer after it returns
     (module docstring), so pinning would gain nothing.
     This returns an ordinary (pageable) copy, as pin_memory() would, so that code
-    asking for pinning runs unchanged; is_pinned() stays False, truthfully.
-    torch.empty(..., pin_memory=True) still raises PyTorch's error: that factory asks the
-    hooks for the allocator directly, with no op to take its place."""
+    asking for pinning runs unchanged; is_pinned() stays False, truthfully; the one warning
+    names why the bridge is off and the fix.  torch.empty(..., pin_memory=True) still raises
+    PyTorch's NotImplementedError: that factory asks the hooks for the allocator inside
+    PyTorch's C++, with no op or Python call to take its place (docs/users/native-bridge.md)."""
     global _pin_warned
     if not _pin_warned:
         _pin_warned = True
-        warnings.warn("torch_fl: fl devices have no pinned (page-locked) host memory; pin_memory() returns "
-                      "an ordinary CPU copy (host-to-device copies do not need it)", stacklevel=3)
+        warnings.warn(f"torch_fl: pinned host memory needs the native bridge, which is off ({_bridge_off[0]}); "
+                      f"pin_memory() returns an ordinary CPU copy (host-to-device copies stay correct); "
+                      f"{_bridge_off[1]}", stacklevel=3)
     return self.clone()
 
 
 _pin_warned = False     # one warning per process
+
+_bridge_off = ("", "")  # (why the native bridge is off, what to do), from register()
 
 
 def _ensure_cpu_allowed(rt, device_index: int) -> None:

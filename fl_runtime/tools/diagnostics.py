@@ -265,17 +265,18 @@ def check_native_bridge() -> Check:
         return Check("native bridge", WARN, f"not loaded: the runtime did not start "
                      f"({type(process.startup_error).__name__}, see 'runtime start'){_cached_bridge()}",
                      "fix what stops the runtime from starting; the bridge loads when it starts")
-    return Check("native bridge", WARN, f"the Python route runs (generators, pinned memory, storage resizes, "
-                 f"several devices per thread in backward are unavailable): {state.detail}",
-                 "install a C++ compiler (g++) and run torch-fl build-bridge")
+    from fl_runtime.bridge import off
+    reason, fix = off.reason_and_fix(state.detail)
+    return Check("native bridge", WARN, f"off, the Python route runs ({off.SERVED_ONLY_BY_IT} raise "
+                 f"NativeBridgeOffError or work only partly): {reason}", fix)
 
 
 def _cached_bridge() -> str:
     """'; built for this PyTorch: <path>' when a verified build is cached, else ''."""
     from fl_runtime.bridge import build
     try:
-        found = build.cached_library(build.toolchain().key())
-    except Exception:  # noqa: BLE001 - no toolchain: nothing to say here
+        found = build.find_built()
+    except Exception:  # noqa: BLE001 - an unreadable cache: nothing to say here
         return ""
     return f"; built for this PyTorch: {found}" if found else ""
 

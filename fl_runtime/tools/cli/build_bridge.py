@@ -1,6 +1,8 @@
 """`torch-fl build-bridge [--json]`: build the native bridge for the installed PyTorch now.
 
-For images and CI, so that no process pays the first-use build (docs/users/native-bridge.md).
+`pip install` builds it when torch is already installed; this builds it after a torch
+upgrade, in images and in CI (docs/users/native-bridge.md).  A start never compiles: without a
+build for its PyTorch it takes the Python route and names this command.
 Prints the library's path (cached or just built) and exits 0; exits 1 with the reason when it
 cannot be built here (no compiler, no PyTorch headers, a compiler error).
 """
@@ -22,8 +24,8 @@ def run(args: argparse.Namespace) -> int:
     from fl_runtime.bridge import build
     started = time.monotonic()
     try:
-        chain = build.toolchain()
-        cached = build.cached_library(chain.key())
+        chain = build.target()
+        cached = build.find_built(chain)
         path = cached or build.ensure_built(chain)
     except build.BridgeBuildError as exc:
         _report(args, {"built": False, "reason": str(exc)}, f"torch-fl: the native bridge cannot be built: {exc}")
