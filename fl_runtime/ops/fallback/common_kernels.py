@@ -93,7 +93,7 @@ def amp_update_scale_(scale: torch.Tensor, growth_tracker: torch.Tensor, found_i
     growth_interval clean steps in a row, grow (unless that overflows) and restart."""
     skipped = found_inf > 0
     successful = growth_tracker + 1
-    due = successful >= growth_interval
+    due = successful == growth_interval
     grown = scale * growth_factor
     grow = due.logical_and(torch.isfinite(grown))
     new_scale = torch.where(skipped, scale * backoff_factor, torch.where(grow, grown, scale))
