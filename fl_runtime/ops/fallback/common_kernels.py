@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch._prims_common import can_safe_cast_to
 
 aten = torch.ops.aten
 
@@ -159,6 +160,9 @@ def out_overload_decomposition(op: torch._ops.OpOverload, functional: torch._ops
         results = functional(*args, **kwargs)
         results = results if isinstance(results, tuple) else (results,)
         for target, result in zip(targets, results):
+            if not can_safe_cast_to(cast_to=target.dtype, cast_from=result.dtype):    # as out= does on the CPU
+                raise RuntimeError(f"result type {result.dtype} can't be cast to the desired output type "
+                                   f"{target.dtype} ({op.name()})")
             if target.shape != result.shape:
                 target.resize_(result.shape)
             target.copy_(result)
