@@ -23,8 +23,9 @@ import time
 import pytest
 from rank_runner import ROOT, run_ranks
 
-DDP = r'''
-import os, signal, time, torch, torch_fl
+# Two ranks of a DDP job, one step taken (the communicator made).
+ONE_STEP = r'''
+import os, signal, sys, time, torch, torch_fl
 import torch.distributed as dist
 dist.init_process_group("fl")
 rank = dist.get_rank()
@@ -32,6 +33,9 @@ torch.fl.set_device(rank)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8).to("fl"))
 x = torch.ones(4, 8, device="fl")
 model(x).sum().backward()
+'''
+
+DDP = ONE_STEP + r'''
 if rank == 0:
     # The last gradient's hook: rank 0 dies with the all-reduce under way.
     model.module.weight.register_hook(lambda g: os.kill(os.getpid(), signal.SIGKILL))
@@ -102,15 +106,7 @@ def test_lightning_rank_killed_mid_all_reduce_fails_the_other_naming_it(tmp_path
     assert time.time() - float((tmp_path / "killed_at").read_text()) < 30, output[-3000:]
 
 
-STUCK = r"""
-import os, signal, sys, time, torch, torch_fl
-import torch.distributed as dist
-dist.init_process_group("fl")
-rank = dist.get_rank()
-torch.fl.set_device(rank)
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8).to("fl"))
-x = torch.ones(4, 8, device="fl")
-model(x).sum().backward()
+STUCK = ONE_STEP + r"""
 if rank == 1:
     print("STUCK", flush=True)
     time.sleep(300)                       # alive, never joining the next all-reduce

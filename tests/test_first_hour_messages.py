@@ -79,3 +79,16 @@ except Exception as exc:
     print("RAISED", type(exc).__name__, str(exc).count("cannot be used in a forked subprocess"))
 """)
     assert "RAISED FLBadForkError 1" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
+def test_an_op_on_two_fl_devices_is_refused_with_the_way_out_even_through_a_fallback():
+    """torch.equal runs as a generic kernel; were that to fail, the CPU fallback would compare
+    the two devices' tensors on the CPU and answer, where CUDA refuses."""
+    import torch
+
+    import torch_fl  # noqa: F401
+    if torch.fl.device_count() < 2:
+        pytest.skip("needs two fl devices")
+    a, b = torch.ones(3, device="fl:0"), torch.ones(3, device="fl:1")
+    with pytest.raises(RuntimeError, match=r"fl:0 and fl:1.*\.to\('fl:"):
+        torch.equal(a, b)

@@ -62,6 +62,9 @@ def test_out_overloads_run_as_their_functional_overload():
     torch.mul(a.to("fl"), b.to("fl"), out=out)
     torch.testing.assert_close(out.cpu(), a * b, rtol=0, atol=0)
     assert op_stats.snapshot()["aten::mul.out"] == {op_stats.GENERIC: 1}
+    # An out= tensor the result cannot safely be cast to is refused, as on the CPU.
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
+        torch.mul(a.to("fl"), b.to("fl"), out=torch.empty(3, 4, dtype=torch.int64, device="fl"))
 
 
 def test_amp_kernels_agree_with_the_cpu():

@@ -71,15 +71,33 @@ def mixed_devices_error(op_name: str, device_index: int) -> RuntimeError:
                         f"{device_index}'); only 0-dim CPU tensors may be mixed with fl tensors)")
 
 
+def cross_device_error(op_name: str, first: int, other: int) -> RuntimeError:
+    """The error CUDA raises for tensors of two devices in one op, with the way out."""
+    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                        f"fl:{first} and fl:{other}! (in {op_name}: move one with .to('fl:{first}') or "
+                        f".to('fl:{other}'); copies between fl devices are explicit, as between GPUs)")
+
+
 def check_no_cpu_operands(op: torch._ops.OpOverload, args: tuple, kwargs: dict, device_index: int) -> None:
-    """Refuse a CPU tensor with dimensions among an op's Tensor / Tensor[] arguments, as CUDA
-    does: the fallbacks would otherwise compute with it. 0-dim CPU tensors (PyTorch's wrapped
+    """Refuse a CPU tensor with dimensions among an op's Tensor / Tensor[] arguments, and fl
+    tensors of two devices, as CUDA does: the fallbacks would otherwise compute with them
+    (on the CPU, two devices' tensors meet silently). 0-dim CPU tensors (PyTorch's wrapped
     numbers) and index lists (Tensor?[], which CUDA lets live on the CPU) are allowed."""
+    seen = -1
     for index, name, kwarg_only, is_list in tensor_slots(op):
         value = kwargs.get(name) if kwarg_only or index >= len(args) else args[index]
         for t in (value or ()) if is_list else (value,):
-            if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() != 0:
-                raise mixed_devices_error(op.name(), device_index)
+            if not isinstance(t, torch.Tensor):
+                continue
+            if t.device.type == "cpu":
+                if t.dim() != 0:
+                    raise mixed_devices_error(op.name(), device_index)
+                continue
+            index = t.get_device()
+            if seen < 0:
+                seen = index
+            elif 0 <= index != seen:
+                raise cross_device_error(op.name(), seen, index)
 
 
 def strict() -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch._prims_common import can_safe_cast_to
 
 aten = torch.ops.aten
 
@@ -93,7 +94,7 @@ def amp_update_scale_(scale: torch.Tensor, growth_tracker: torch.Tensor, found_i
     growth_interval clean steps in a row, grow (unless that overflows) and restart."""
     skipped = found_inf > 0
     successful = growth_tracker + 1
-    due = successful >= growth_interval
+    due = successful == growth_interval
     grown = scale * growth_factor
     grow = due.logical_and(torch.isfinite(grown))
     new_scale = torch.where(skipped, scale * backoff_factor, torch.where(grow, grown, scale))
@@ -159,6 +160,9 @@ def out_overload_decomposition(op: torch._ops.OpOverload, functional: torch._ops
         results = functional(*args, **kwargs)
         results = results if isinstance(results, tuple) else (results,)
         for target, result in zip(targets, results):
+            if not can_safe_cast_to(cast_to=target.dtype, cast_from=result.dtype):    # as out= does on the CPU
+                raise RuntimeError(f"result type {result.dtype} can't be cast to the desired output type "
+                                   f"{target.dtype} ({op.name()})")
             if target.shape != result.shape:
                 target.resize_(result.shape)
             target.copy_(result)

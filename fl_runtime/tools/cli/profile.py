@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import runpy
 import sys
 
@@ -29,6 +30,7 @@ def run(args) -> int:
     from fl_runtime.integration import process
     from fl_runtime.tools.profiler import profile
     process.start()      # raises what a broken start-up raised, as import torch_fl would
+    trace = os.path.abspath(args.trace) if args.trace else None     # before the script may chdir
     sys.argv = [args.script, *args.script_args]
     status = 0
     with profile(warn_fallback_share=args.warn_share) as prof:
@@ -36,7 +38,10 @@ def run(args) -> int:
             runpy.run_path(args.script, run_name="__main__")
         except SystemExit as exc:      # the script's own exit status is ours
             status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    if args.trace:
-        prof.export_chrome_trace(args.trace)
+    if trace:
+        prof.export_chrome_trace(trace)
     print(json.dumps(prof.as_dict(), indent=2) if args.json else prof.summary())
+    if trace:       # on stderr: --json keeps stdout one JSON document
+        print(f"torch-fl profile: Chrome trace written to {trace} (open it in ui.perfetto.dev or "
+              "chrome://tracing)", file=sys.stderr)
     return status
