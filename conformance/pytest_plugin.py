@@ -139,7 +139,7 @@ def unmatched_keyword(keyword: str, ops: list[str], plugin: str, library: str) -
     todo = f"`fl-sdk todo {library}` ranks the ops reference workloads call that it lacks"
     if keyword.isidentifier() and not any(keyword in op for op in ops):
         return (f"-k {keyword}: plugin '{plugin}' has no kernel for {keyword} ({kernels}), so the suite has nothing "
-                f"of it to test; write and register one (the plugin's README.md \"Add a kernel\"). {todo}.")
+                f"of it to test; write and register one (the section Add a kernel of the plugin's README). {todo}.")
     return f"-k {keyword} selects none of plugin '{plugin}''s tests ({kernels}). {todo}."
 
 

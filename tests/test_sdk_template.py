@@ -275,7 +275,7 @@ def test_filled_in_skeleton_passes_its_numerics(acme, sdk_env, tmp_path):
 
 
 def readme_example(project: Path) -> tuple[str, str]:
-    """README.md "Add a kernel": the example body and its registration line, as a vendor copies them."""
+    """The scaffold README's section Add a kernel: its example body and registration line, as copied."""
     section = (project / "README.md").read_text().split("## Add a kernel", 1)[1]
     body = re.search(r"```c\n(.*?)```", section, re.S).group(1)
     registration = re.search(r"`(FLK_REGISTER\(.*?\);)`", section).group(1)

@@ -1,5 +1,5 @@
 """Packages the plugin: its library, the certificate `fl-sdk certify` wrote beside it, and
-its metadata, as one wheel per platform (README.md "Releasing").
+its metadata, as one wheel per platform (README.md "Release").
 
 A certified library is shipped as it is, never rebuilt: a rebuild would change its bytes
 and void the certificate.  Otherwise the library is built with the Torch-FL SDK
