@@ -20,9 +20,9 @@ from fl_runtime.ops.schema import compile_plan
 
 from . import fp8_specs, layout_matrix, overlap, random_checks, statuses
 from .harness import STATUS, CallFailed, Declined, Device, KernelEntry, status_name
-from .numerics import CaseResult, RejectCase, check_case
+from .numerics import CaseResult, RejectCase, check_case, schema_values
 from .opinfo_cases import NoSource
-from .opspecs import cases, grid_case, sweep_case
+from .opspecs import cases, elementwise_unary, grid_case, sweep_case
 from .profiles import Profile
 from .recipes import DTYPES
 from .repro import kernel_script
@@ -79,7 +79,8 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
         matrix = [*layout_matrix.cases(entry.op, dtype, profile.full_layout_matrix),
                   layout_matrix.empty_inner_dimension(entry.op, dtype), layout_matrix.transposed_copy(entry.op, dtype)]
         sweeps = [sweep_case(entry.op, dtype), *fp8_specs.sweep_cases(entry.op, dtype, entry.dtypes,
-                                                                      profile.exhaustive_8bit)]
+                                                                      profile.exhaustive_8bit,
+                                                                      elementwise_unary(entry.op))]
         for explicit in (*sweeps, grid_case(entry.op, dtype), *matrix):
             try:
                 if explicit is not None:
@@ -92,7 +93,7 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
                        phases=(Phase.explicit, Phase.generate, Phase.shrink))
         seed(run_seed)(run(given(strategy)(check)))()
         if overlap.applies(entry.op):   # an output and an input in one allocation
-            seed(run_seed)(run(given(overlap.cases(entry.op, dtype, entry.dtypes))(check)))()
+            seed(run_seed)(run(given(overlap.cases(entry.op, dtype, entry.dtypes, schema_values))(check)))()
     except _Mismatch:
         case, result = state["failure"]
         script = kernel_script(dev.plugin.source.path, entry.op, entry.variant_name, dtype_name, case,

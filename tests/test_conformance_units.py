@@ -545,15 +545,14 @@ def test_opinfo_candidates_index_matches_a_scan_of_op_db():
 
 
 def test_fork_server_warm_up_loads_no_plugin_and_starts_no_thread(python):
-    """What the fork server prepares before forking kernel workers (conformance.forkserver:
+    """What the fork server prepares before forking kernel workers (conformance.isolation's
     worker modules, hypothesis' state, cffi types) must not load a plugin (its device memory
     mapping would be shared by every worker) nor leave a thread that fork would not copy."""
     result = python("""
         import threading
-        from conformance import forkserver
+        from conformance import forkserver, isolation
         forkserver._warm_up()
-        forkserver._warm_up_opinfo()
-        forkserver._warm_up_workers()
+        isolation.prepare_workers()
         maps = open('/proc/self/maps').read()
         assert 'libfl_' not in maps, [l for l in maps.splitlines() if 'libfl_' in l][:3]
         assert threading.active_count() == 1, threading.enumerate()
