@@ -35,7 +35,7 @@ from .forkserver import ForkServer
 from .profiles import Profile
 from .repro import kernel_script
 
-Unit = tuple   # ("numerics", dtype name) or ("robustness", None)
+Unit = tuple   # ("numerics", dtype name), ("robustness", None) or ("concurrency", None)
 
 
 @dataclass

@@ -18,8 +18,8 @@ from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.ops.schema import compile_plan
 
-from . import fp8_specs, layout_matrix, overlap, random_checks, statuses
-from .harness import STATUS, CallFailed, Declined, Device, KernelEntry, status_name
+from . import concurrency, fp8_specs, layout_matrix, overlap, random_checks, special_rows, statuses
+from .harness import STATUS, CallFailed, Declined, Device, KernelEntry, kernel_entries, status_name
 from .numerics import CaseResult, RejectCase, check_case, schema_values
 from .opinfo_cases import NoSource
 from .opspecs import cases, elementwise_unary, grid_case, sweep_case
@@ -28,6 +28,11 @@ from .recipes import DTYPES
 from .repro import kernel_script
 
 Progress = Callable[[dict], None]
+
+
+# Cases that passed numerics in this worker, per (entry index, dtype name): the concurrency
+# check (run after the entry's numerics, in the same worker) launches one of them.
+PASSED_CASES: dict[tuple[int, str], list[dict]] = {}
 
 
 class _Mismatch(AssertionError):
@@ -42,9 +47,11 @@ def _outcome(status: str, message: str = "", result: CaseResult | None = None, *
 
 def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: Profile, run_seed: int,
              progress: Progress) -> dict:
-    """Hypothesis examples (plus the 16-bit and 8-bit sweeps, the special-value grid and the
-    layout matrix, and for kernels that write a tensor they also read from, overlap cases:
-    conformance.overlap) of one kernel on one dtype against PyTorch CPU."""
+    """Hypothesis examples (plus the 16-bit and 8-bit sweeps, the special-value grid, rows of
+    special values (conformance.special_rows) and the layout matrix, and for kernels that
+    write a tensor they also read from, overlap cases: conformance.overlap) of one kernel
+    on one dtype against PyTorch CPU.  The cases that pass are kept for the entry's
+    concurrency check (PASSED_CASES)."""
     dtype = DTYPES[dtype_name]
     fast = entry.variant_name == "fast"
     state = {"examples": 0, "rejected": 0, "worst": CaseResult(True), "failure": None, "declined": []}
@@ -70,6 +77,7 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
                 result.message = f"{case['matrix']}: {result.message}"
             state["failure"] = (case, result)   # the last one is hypothesis' shrunk example
             raise _Mismatch(result.message)
+        PASSED_CASES.setdefault((entry.index, dtype_name), []).append(case)
 
     try:
         strategy = cases(entry.op, dtype, entry.dtypes)
@@ -81,7 +89,7 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
         sweeps = [sweep_case(entry.op, dtype), *fp8_specs.sweep_cases(entry.op, dtype, entry.dtypes,
                                                                       profile.exhaustive_8bit,
                                                                       elementwise_unary(entry.op))]
-        for explicit in (*sweeps, grid_case(entry.op, dtype), *matrix):
+        for explicit in (*sweeps, grid_case(entry.op, dtype), *special_rows.cases(entry.op, dtype), *matrix):
             try:
                 if explicit is not None:
                     check(explicit)
@@ -186,11 +194,26 @@ def robustness(dev: Device, stream, entry: KernelEntry) -> dict:
     return _outcome(statuses.PASS, note, examples=len(probes))
 
 
+def concurrency_check(dev: Device, stream, entry: KernelEntry, run_seed: int) -> dict:
+    """The entry launched at once with itself and its neighbour in the table
+    (conformance.concurrency), as an outcome."""
+    found = concurrency.check(dev, stream, entry, kernel_entries(dev.plugin), run_seed, schema_values, cases,
+                              PASSED_CASES)
+    extra = {"examples": found["examples"]} if "examples" in found else {}
+    if found["status"] == statuses.FAIL:
+        extra["reproducer"] = concurrency.script(dev.plugin.source.path, found["call"], found["mixer"])
+        return _outcome(statuses.FAIL, found["message"], CaseResult(False, tolerance="bit-identical to the call "
+                                                                                        "run alone"), **extra)
+    return _outcome(found["status"], found["message"], **extra)
+
+
 def run_unit(dev: Device, stream, entry: KernelEntry, unit: tuple[str, str | None], profile: Profile,
              run_seed: int, progress: Progress) -> dict:
     kind, dtype_name = unit
     if kind == "robustness":
         return robustness(dev, stream, entry)
+    if kind == "concurrency":
+        return concurrency_check(dev, stream, entry, run_seed)
     torch.manual_seed(run_seed)
     if random_checks.is_random(entry.op):
         return random_numerics(dev, stream, entry, dtype_name)
