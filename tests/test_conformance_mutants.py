@@ -332,7 +332,7 @@ def test_suite_fails_the_mutant_and_blames_it(mutant, runs):
     failed = failures(report)
     assert failed, result.stdout[-4000:]
     assert {t["category"] for t in failed} == {mutant.category}
-    blamed = {t["op"] if mutant.category == "kernels" else t["test"] for t in failed}
+    blamed = {t["op"] if mutant.category in ("kernels", "concurrency") else t["test"] for t in failed}
     assert blamed <= mutant.blamed, f"failures blame {blamed - mutant.blamed}, not only {mutant.blamed}"
     assert all(t["reproducer"] for t in failed)
     if mutant.variant:
