@@ -12,4 +12,4 @@ pytest_plugin (glue to pytest) and suites/ (one module per category).
 from fl_runtime.version import CONFORMANCE_SUITE_VERSION as SUITE_VERSION  # noqa: F401 (one place)
 
 # The report's categories, one suite module each (conformance/suites/suite_<name>.py).
-CATEGORIES = ("abi", "memory", "streams", "kernels", "robustness", "collectives")
+CATEGORIES = ("abi", "memory", "streams", "kernels", "robustness", "concurrency", "collectives")

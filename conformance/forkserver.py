@@ -59,13 +59,16 @@ class _LineReader:
 
 
 class ForkServer:
-    """Client side: start the server, spawn workers, collect their exits."""
+    """Client side: start the server, spawn workers, collect their exits.  `prepare`
+    ("module:function", optional) runs once in the server before the first worker that is
+    not `light`: what every such worker would otherwise redo (imports, caches)."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, prepare: str = "") -> None:
         self.target = target              # "module:function" every worker runs
         env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        self.process = subprocess.Popen([sys.executable, "-m", "conformance.forkserver"], env=env,
+        self.process = subprocess.Popen([sys.executable, "-m", "conformance.forkserver", *([prepare] if prepare else [])],
+                                        env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self._replies = _LineReader(self.process.stdout.fileno())
         self.pids: dict[int, int] = {}          # worker id -> pid, while the worker runs
@@ -134,60 +137,6 @@ def _warm_up() -> None:
         op(meta) if op in (torch.sum, torch.exp) else op(meta, meta)
 
 
-def _warm_up_opinfo() -> None:
-    """OpInfo's database, imported once before the first kernel worker (seconds): a light
-    worker (the plugin load check) is forked before it, so a plugin that crashes on load
-    is reported without waiting for it."""
-    try:   # kernels without a hand recipe draw OpInfo samples: import the database once, not per worker
-        from torch.testing._internal.common_methods_invocations import op_db  # noqa: F401
-    except ImportError:
-        pass   # those kernels report it as untested (conformance.opinfo_cases)
-
-
-# The cffi types a kernel worker creates while checking cases (conformance.harness,
-# kernel_checks and fl_runtime's marshalling): cffi parses each C type string on its
-# first use, per process, unless the server parsed it before the fork.
-WORKER_CTYPES = ("char*", "char[]", "unsigned char[]", "void*", "uintptr_t", "float*", "int32_t*", "uint32_t*",
-                 "uint64_t*", "fl_status", "fl_devptr*", "fl_stream*", "fl_event*", "fl_arg", "fl_arg[]",
-                 "const fl_arg*", "fl_tensor", "fl_kernel_entry", "fl_kernel_entry*", "const fl_kernel_entry**")
-
-
-def _warm_up_workers() -> None:
-    """What every kernel worker would otherwise redo on its first case, done once here and
-    inherited through fork (about 0.4 CPU s per worker, one worker per kernel-table entry):
-    importing the worker's modules (importing fl_runtime starts nothing while PyTorch's
-    autoload is off, see fl_runtime/__init__.py; no plugin is loaded here), hypothesis'
-    scan of local modules for constants to draw and its one-off registration of its own
-    PRNG (a full gc.collect over torch's heap), cffi's parse of each C type, and the
-    OpInfo database's index by name."""
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-
-    from fl_runtime.abi import ffi
-    from fl_runtime.plugins import loader  # noqa: F401
-
-    from . import harness, isolation, kernel_checks, opinfo_cases  # noqa: F401
-
-    opinfo_cases.index_op_db()
-
-    for name in WORKER_CTYPES:
-        try:
-            ffi.typeof(name)
-        except Exception:   # noqa: BLE001 - a type this header lacks is parsed (and refused) in the worker
-            pass
-
-    @settings(max_examples=1, database=None, deadline=None)
-    @given(st.integers())
-    def first_run(_: int) -> None:
-        pass
-    first_run()
-    try:   # the constants hypothesis mixes into draws: the same set, only gathered before the fork
-        from hypothesis.internal.conjecture.providers import _get_local_constants
-        _get_local_constants()
-    except (ImportError, AttributeError):
-        pass   # another hypothesis version: each worker gathers them itself, as before
-
-
 def _fork() -> int:
     """fork() with the server's objects frozen first: a worker's garbage collections then
     skip the imported torch/OpInfo heap (and leave its pages shared, not copied)."""
@@ -195,7 +144,12 @@ def _fork() -> int:
     return os.fork()
 
 
-def _serve() -> None:
+def _call(target: str, args: list) -> None:
+    module, _, function = target.partition(":")
+    getattr(importlib.import_module(module), function)(*args)
+
+
+def _serve(prepare: str) -> None:
     _warm_up()
     out = sys.stdout
     children: dict[int, int] = {}   # pid -> request id
@@ -206,8 +160,8 @@ def _serve() -> None:
         if line is not None:
             request = json.loads(line)
             if not request.get("light") and not workers_ready:
-                _warm_up_opinfo()
-                _warm_up_workers()
+                if prepare:
+                    _call(prepare, [])
                 workers_ready = True
             pid = _fork()
             if pid == 0:
@@ -237,8 +191,7 @@ def _child(target: str, args: list) -> None:
     code = 1
     try:
         os.dup2(2, 1)            # the worker's prints must not mix with the protocol
-        module, _, function = target.partition(":")
-        getattr(importlib.import_module(module), function)(*args)
+        _call(target, args)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
@@ -251,4 +204,4 @@ def _child(target: str, args: list) -> None:
 
 
 if __name__ == "__main__":
-    _serve()
+    _serve(sys.argv[1] if len(sys.argv) > 1 else "")

@@ -283,15 +283,27 @@ class KernelRun:
     problems: list[str]       # guard-byte damage
 
 
-def call_kernel(dev: Device, stream, entry: KernelEntry, plan: OpPlan, values: list,
-                shift: int = 0, out_shift: int = 0) -> KernelRun:
-    """Run `entry` on schema-ordered `values` (CPU tensors and scalars) and copy everything
-    back; raises Declined when the plugin declines the call, CallFailed when the launch or
-    the stream reports an error."""
-    metas = output_layouts(plan, values)
-    placed: list[_Placed] = []
-    by_id: dict[int, _Placed] = {}
+@dataclass
+class Staged:
+    """One call laid out in device memory and ready to launch (stage, then launch_staged,
+    then collect; release frees it whatever happened)."""
+    dev: Device
+    stream: object
+    entry: KernelEntry
+    plan: OpPlan
+    values: list               # schema values (CPU)
+    device_values: list        # the same as the kernel sees them
+    outputs: list              # one DeviceTensor (or None) per return
+    placed: list               # every _Placed storage, fresh outputs included
+    by_id: dict                # id(CPU tensor) -> its _Placed
+    fresh: dict                # return index -> _Placed of a fresh output
 
+
+def stage(dev: Device, stream, entry: KernelEntry, plan: OpPlan, values: list, shift: int = 0,
+          out_shift: int = 0) -> Staged:
+    """Allocate and upload (on `stream`) every storage of a call, fresh outputs poisoned."""
+    metas = output_layouts(plan, values)
+    staged = Staged(dev, stream, entry, plan, values, [], [], [], {}, {})
     by_storage: dict[int, _Placed] = {}
 
     def on_device(value):
@@ -299,42 +311,74 @@ def call_kernel(dev: Device, stream, entry: KernelEntry, plan: OpPlan, values: l
             return [on_device(v) for v in value]
         if not isinstance(value, torch.Tensor):
             return value
-        if id(value) not in by_id:
+        if id(value) not in staged.by_id:
             # Views of one storage go to one allocation, as the runtime passes them (fl_abi.h,
             # "ARGUMENTS THAT SHARE MEMORY"): a write through one is seen through the other.
             storage = value.untyped_storage()
             key = storage.data_ptr() if storage.nbytes() else -id(value)
             if key not in by_storage:
-                by_storage[key] = _place(dev, stream, value, shift, placed)
-            by_id[id(value)] = by_storage[key]
-        return _view_on_device(by_id[id(value)], value)
+                by_storage[key] = _place(dev, stream, value, shift, staged.placed)
+            staged.by_id[id(value)] = by_storage[key]
+        return _view_on_device(staged.by_id[id(value)], value)
 
     try:
-        device_values = [on_device(v) for v in values]
-        fresh = {j: _place(dev, stream, _poisoned_like(meta), out_shift, placed)
-                 for j, (meta, alias) in enumerate(zip(metas, plan.returns_alias))
-                 if alias is None and isinstance(meta, torch.Tensor)}   # a SymInt return gets no buffer
-        outputs = [device_values[alias] if alias is not None else (fresh[j].device_tensor if j in fresh else None)
-                   for j, alias in enumerate(plan.returns_alias)]
-        launch(dev, stream, entry, plan, device_values, outputs)
-        dev.synchronize(stream)
-        after: dict[int, torch.Tensor] = {}
-        problems: list[str] = []
-        for item in placed:
-            after[id(item)], damage = _fetch(dev, stream, item)
-            problems += damage
-    finally:
-        dev.api.stream_synchronize(stream)   # after a failure too: nothing queued may still use them
-        for item in placed:
-            dev.free(item.ptr)
+        staged.device_values = [on_device(v) for v in values]
+        staged.fresh = {j: _place(dev, stream, _poisoned_like(meta), out_shift, staged.placed)
+                        for j, (meta, alias) in enumerate(zip(metas, plan.returns_alias))
+                        if alias is None and isinstance(meta, torch.Tensor)}   # a SymInt return gets no buffer
+    except BaseException:
+        release(staged)
+        raise
+    staged.outputs = [staged.device_values[alias] if alias is not None else
+                      (staged.fresh[j].device_tensor if j in staged.fresh else None)
+                      for j, alias in enumerate(plan.returns_alias)]
+    return staged
+
+
+def launch_staged(staged: Staged) -> None:
+    launch(staged.dev, staged.stream, staged.entry, staged.plan, staged.device_values, staged.outputs)
+
+
+def collect(staged: Staged) -> KernelRun:
+    """Synchronize the call's stream and copy everything back (guard bytes checked)."""
+    dev, stream = staged.dev, staged.stream
+    dev.synchronize(stream)
+    after: dict[int, torch.Tensor] = {}
+    problems: list[str] = []
+    for item in staged.placed:
+        after[id(item)], damage = _fetch(dev, stream, item)
+        problems += damage
+
     def fetched(v):
         if isinstance(v, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in v):
             return [fetched(t) for t in v]     # a tensor list: each entry as the launch left it
         if not isinstance(v, torch.Tensor):
             return v
-        whole = after[id(by_id[id(v)])]        # the storage as the launch left it, seen as `v`
+        whole = after[id(staged.by_id[id(v)])]   # the storage as the launch left it, seen as `v`
         return torch.empty(0, dtype=v.dtype).set_(whole.untyped_storage(), v.storage_offset(), v.shape, v.stride())
-    args_after = [fetched(v) for v in values]
-    results = [args_after[alias] if alias is not None else (after[id(fresh[j])] if j in fresh else None)
-               for j, alias in enumerate(plan.returns_alias)]
+    args_after = [fetched(v) for v in staged.values]
+    results = [args_after[alias] if alias is not None else
+               (after[id(staged.fresh[j])] if j in staged.fresh else None)
+               for j, alias in enumerate(staged.plan.returns_alias)]
     return KernelRun(args_after, results, problems)
+
+
+def release(staged: Staged) -> None:
+    """Free the call's memory once nothing queued on its stream may still use it."""
+    staged.dev.api.stream_synchronize(staged.stream)   # after a failure too
+    for item in staged.placed:
+        staged.dev.free(item.ptr)
+    staged.placed.clear()
+
+
+def call_kernel(dev: Device, stream, entry: KernelEntry, plan: OpPlan, values: list,
+                shift: int = 0, out_shift: int = 0) -> KernelRun:
+    """Run `entry` on schema-ordered `values` (CPU tensors and scalars) and copy everything
+    back; raises Declined when the plugin declines the call, CallFailed when the launch or
+    the stream reports an error."""
+    staged = stage(dev, stream, entry, plan, values, shift, out_shift)
+    try:
+        launch_staged(staged)
+        return collect(staged)
+    finally:
+        release(staged)

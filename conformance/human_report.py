@@ -35,20 +35,24 @@ class KernelRow:
                      if s in found), statuses.NOT_SUPPORTED)
 
 
+# Categories with one test per kernel-table entry (not per dtype): a column each.
+_ENTRY_COLUMNS = ("robustness", "concurrency")
+
+
 def kernel_rows(document: dict) -> list[KernelRow]:
     """One row per (op, variant) in the order the kernel table lists them."""
     rows: dict[tuple, KernelRow] = {}
     for record in document["tests"]:
-        if record.get("category") not in ("kernels", "robustness") or not record.get("op"):
+        if record.get("category") not in ("kernels",) + _ENTRY_COLUMNS or not record.get("op"):
             continue
         row = rows.setdefault((record["op"], record["variant"]), KernelRow(record["op"], record["variant"]))
-        row.cells[record["dtype"] if record["category"] == "kernels" else "robustness"] = record
+        row.cells[record["dtype"] if record["category"] == "kernels" else record["category"]] = record
     return list(rows.values())
 
 
 def _columns(rows: list[KernelRow]) -> list[str]:
     used = {column for row in rows for column in row.cells}
-    return [name for name in DTYPES if name in used] + (["robustness"] if "robustness" in used else [])
+    return [name for name in DTYPES if name in used] + [name for name in _ENTRY_COLUMNS if name in used]
 
 
 def cell_text(record: dict | None) -> str:

@@ -14,7 +14,8 @@ runs once in a worker too (`KernelWorkers.check_loading`), so a plugin that
 aborts or segfaults there fails the run with a report naming the signal
 instead of killing `fl-sdk test`.
 
-Workers are forked from conformance.forkserver, which imports torch once.
+Workers are forked from conformance.forkserver, which imports torch once (and runs
+prepare_workers before the first kernel worker).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from .forkserver import ForkServer
 from .profiles import Profile
 from .repro import kernel_script
 
-Unit = tuple   # ("numerics", dtype name) or ("robustness", None)
+Unit = tuple   # ("numerics", dtype name), ("robustness", None) or ("concurrency", None)
 
 
 @dataclass
@@ -123,6 +124,56 @@ def worker(library: str, job: dict, profile: dict, run_seed: int, log_path: str,
             raise SystemExit(3)
 
 
+# The cffi types a kernel worker creates while checking cases (conformance.harness,
+# kernel_checks and fl_runtime's marshalling): cffi parses each C type string on its
+# first use, per process, unless the server parsed it before the fork.
+WORKER_CTYPES = ("char*", "char[]", "unsigned char[]", "void*", "uintptr_t", "float*", "int32_t*", "uint32_t*",
+                 "uint64_t*", "fl_status", "fl_devptr*", "fl_stream*", "fl_event*", "fl_arg", "fl_arg[]",
+                 "const fl_arg*", "fl_tensor", "fl_kernel_entry", "fl_kernel_entry*", "const fl_kernel_entry**")
+
+
+def prepare_workers() -> None:
+    """Run once in the fork server (conformance.forkserver) before the first kernel worker:
+    what every worker would otherwise redo on its first case, inherited through fork (about
+    0.4 CPU s per worker, one worker per kernel-table entry).  OpInfo's database (seconds;
+    the light plugin-load worker is forked before it, so a plugin that crashes on load is
+    reported without waiting for it) and its index by name; the worker's modules (importing
+    fl_runtime starts nothing while PyTorch's autoload is off, see fl_runtime/__init__.py;
+    no plugin is loaded here); hypothesis' scan of local modules for constants to draw and
+    its one-off registration of its own PRNG (a full gc.collect over torch's heap); cffi's
+    parse of each C type."""
+    try:   # kernels without a hand recipe draw OpInfo samples: import the database once, not per worker
+        from torch.testing._internal.common_methods_invocations import op_db  # noqa: F401
+    except ImportError:
+        pass   # those kernels report it as untested (conformance.opinfo_cases)
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from fl_runtime.abi import ffi
+    from fl_runtime.plugins import loader  # noqa: F401
+
+    from . import harness, kernel_checks, opinfo_cases  # noqa: F401
+
+    opinfo_cases.index_op_db()
+
+    for name in WORKER_CTYPES:
+        try:
+            ffi.typeof(name)
+        except Exception:   # noqa: BLE001 - a type this header lacks is parsed (and refused) in the worker
+            pass
+
+    @settings(max_examples=1, database=None, deadline=None)
+    @given(st.integers())
+    def first_run(_: int) -> None:
+        pass
+    first_run()
+    try:   # the constants hypothesis mixes into draws: the same set, only gathered before the fork
+        from hypothesis.internal.conjecture.providers import _get_local_constants
+        _get_local_constants()
+    except (ImportError, AttributeError):
+        pass   # another hypothesis version: each worker gathers them itself, as before
+
+
 def _write_atomically(path: Path, text: str) -> None:
     """A worker killed mid-write must leave the previous case whole, not an empty file."""
     partial = path.with_suffix(".partial")
@@ -198,7 +249,7 @@ class KernelWorkers:
     # -- process management -------------------------------------------------------
     def _ensure_server(self) -> ForkServer:
         if self._server is None:
-            self._server = ForkServer(f"{__name__}:worker")
+            self._server = ForkServer(f"{__name__}:worker", prepare=f"{__name__}:prepare_workers")
         return self._server
 
     def _start(self, job: Job) -> None:

@@ -18,16 +18,21 @@ from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.ops.schema import compile_plan
 
-from . import fp8_specs, layout_matrix, overlap, random_checks, statuses
-from .harness import STATUS, CallFailed, Declined, Device, KernelEntry, status_name
-from .numerics import CaseResult, RejectCase, check_case
+from . import concurrency, fp8_specs, layout_matrix, overlap, random_checks, special_rows, statuses
+from .harness import STATUS, CallFailed, Declined, Device, KernelEntry, kernel_entries, status_name
+from .numerics import CaseResult, RejectCase, check_case, schema_values
 from .opinfo_cases import NoSource
-from .opspecs import cases, grid_case, sweep_case
+from .opspecs import cases, elementwise_unary, grid_case, sweep_case
 from .profiles import Profile
 from .recipes import DTYPES
 from .repro import kernel_script
 
 Progress = Callable[[dict], None]
+
+
+# Cases that passed numerics in this worker, per (entry index, dtype name): the concurrency
+# check (run after the entry's numerics, in the same worker) launches one of them.
+PASSED_CASES: dict[tuple[int, str], list[dict]] = {}
 
 
 class _Mismatch(AssertionError):
@@ -58,9 +63,11 @@ def _rejecting(check):
 
 def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: Profile, run_seed: int,
              progress: Progress) -> dict:
-    """Hypothesis examples (plus the 16-bit and 8-bit sweeps, the special-value grid and the
-    layout matrix, and for kernels that write a tensor they also read from, overlap cases:
-    conformance.overlap) of one kernel on one dtype against PyTorch CPU."""
+    """Hypothesis examples (plus the 16-bit and 8-bit sweeps, the special-value grid, rows of
+    special values (conformance.special_rows) and the layout matrix, and for kernels that
+    write a tensor they also read from, overlap cases: conformance.overlap) of one kernel
+    on one dtype against PyTorch CPU.  The cases that pass are kept for the entry's
+    concurrency check (PASSED_CASES)."""
     dtype = DTYPES[dtype_name]
     fast = entry.variant_name == "fast"
     state = {"examples": 0, "rejected": 0, "worst": CaseResult(True), "failure": None, "declined": []}
@@ -86,6 +93,7 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
                 result.message = f"{case['matrix']}: {result.message}"
             state["failure"] = (case, result)   # the last one is hypothesis' shrunk example
             raise _Mismatch(result.message)
+        PASSED_CASES.setdefault((entry.index, dtype_name), []).append(case)
 
     try:
         strategy = cases(entry.op, dtype, entry.dtypes)
@@ -95,8 +103,9 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
         matrix = [*layout_matrix.cases(entry.op, dtype, profile.full_layout_matrix),
                   layout_matrix.empty_inner_dimension(entry.op, dtype), layout_matrix.transposed_copy(entry.op, dtype)]
         sweeps = [sweep_case(entry.op, dtype), *fp8_specs.sweep_cases(entry.op, dtype, entry.dtypes,
-                                                                      profile.exhaustive_8bit)]
-        for explicit in (*sweeps, grid_case(entry.op, dtype), *matrix):
+                                                                      profile.exhaustive_8bit,
+                                                                      elementwise_unary(entry.op))]
+        for explicit in (*sweeps, grid_case(entry.op, dtype), *special_rows.cases(entry.op, dtype), *matrix):
             try:
                 if explicit is not None:
                     check(explicit)
@@ -108,7 +117,7 @@ def numerics(dev: Device, stream, entry: KernelEntry, dtype_name: str, profile: 
                        phases=(Phase.explicit, Phase.generate, Phase.shrink))
         seed(run_seed)(run(given(strategy)(_rejecting(check))))()
         if overlap.applies(entry.op):   # an output and an input in one allocation
-            seed(run_seed)(run(given(overlap.cases(entry.op, dtype, entry.dtypes))(_rejecting(check))))()
+            seed(run_seed)(run(given(overlap.cases(entry.op, dtype, entry.dtypes, schema_values))(_rejecting(check))))()
     except _Mismatch:
         case, result = state["failure"]
         script = kernel_script(dev.plugin.source.path, entry.op, entry.variant_name, dtype_name, case,
@@ -201,11 +210,26 @@ def robustness(dev: Device, stream, entry: KernelEntry) -> dict:
     return _outcome(statuses.PASS, note, examples=len(probes))
 
 
+def concurrency_check(dev: Device, stream, entry: KernelEntry, run_seed: int) -> dict:
+    """The entry launched at once with itself and its neighbour in the table
+    (conformance.concurrency), as an outcome."""
+    found = concurrency.check(dev, stream, entry, kernel_entries(dev.plugin), run_seed, schema_values, cases,
+                              PASSED_CASES)
+    extra = {"examples": found["examples"]} if "examples" in found else {}
+    if found["status"] == statuses.FAIL:
+        extra["reproducer"] = concurrency.script(dev.plugin.source.path, found["call"], found["mixer"])
+        return _outcome(statuses.FAIL, found["message"], CaseResult(False, tolerance="bit-identical to the call "
+                                                                                        "run alone"), **extra)
+    return _outcome(found["status"], found["message"], **extra)
+
+
 def run_unit(dev: Device, stream, entry: KernelEntry, unit: tuple[str, str | None], profile: Profile,
              run_seed: int, progress: Progress) -> dict:
     kind, dtype_name = unit
     if kind == "robustness":
         return robustness(dev, stream, entry)
+    if kind == "concurrency":
+        return concurrency_check(dev, stream, entry, run_seed)
     torch.manual_seed(run_seed)
     if random_checks.is_random(entry.op):
         return random_numerics(dev, stream, entry, dtype_name)

@@ -1,5 +1,5 @@
 """Kernel tests: one per (kernel-table entry, dtype) for numerics and one per entry
-for robustness; which of them run, in which worker jobs, and how an outcome
+for robustness and for concurrency; which of them run, in which worker jobs, and how an outcome
 becomes a test verdict.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .repro import REPRODUCER_HEADING
 @dataclass(frozen=True)
 class KernelTarget:
     entry: KernelEntry
-    kind: str                 # "numerics" or "robustness"
+    kind: str                 # "numerics", or one of PER_ENTRY
     dtype: str | None = None  # numerics only
 
     @property
@@ -32,10 +32,14 @@ class KernelTarget:
         return "-".join(p for p in (self.entry.op, self.dtype, self.entry.variant_name) if p)
 
 
+# Kinds with one test per entry, in the order a worker runs them after the entry's numerics.
+PER_ENTRY = ("robustness", "concurrency")
+
+
 def targets(entries: list[KernelEntry], kind: str) -> list[KernelTarget]:
     """Numerics: every dtype of ABI 1.1 (not_supported where undeclared), and the float8
     dtypes (ABI 1.2) where the kernel declares them."""
-    if kind == "robustness":
+    if kind in PER_ENTRY:
         return [KernelTarget(e, kind) for e in entries]
     return [KernelTarget(e, kind, name) for e in entries for name, dtype in DTYPES.items()
             if dtype not in FP8_DTYPES or e.dtypes >> abi.DTYPE_TO_FL[dtype] & 1]

@@ -21,6 +21,7 @@ judged as for any in-place op.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from hypothesis import strategies as st
 
@@ -67,9 +68,9 @@ def _span(shape: list[int], layout: dict) -> int:
 
 
 @st.composite
-def cases(draw: s.Draw, op: str, dtype, mask: int) -> dict:
-    """An overlap case for `op` on `dtype` (the written tensor's dtype)."""
-    from .numerics import schema_values
+def cases(draw: s.Draw, op: str, dtype, mask: int, schema_values: Callable[[OpPlan, dict], list]) -> dict:
+    """An overlap case for `op` on `dtype` (the written tensor's dtype); `schema_values`
+    turns a case into the call's values (conformance.numerics.schema_values)."""
     from .opspecs import OPSPECS
     plan = compile_plan(op)
     written, read = roles(plan)

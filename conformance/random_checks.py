@@ -107,6 +107,19 @@ class _Runner:
         return run.outputs[0], run.problems
 
 
+def replayable_values(op: str, dtype: str) -> list | None:
+    """Schema values of one call of random kernel `op` whose result is fixed (None for
+    other ops): a target, the first law's parameters and a fixed {seed, offset} (fl_abi.h:
+    same arguments, same bits); native_dropout with p = 0 (conformance.dropout_checks)."""
+    if op in dropout_checks.OPS:
+        return dropout_checks.replayable_values(dtype)
+    if op not in LAWS:
+        return None
+    plan = compile_plan(op)
+    values = [_target(dtype, [4099]), *LAWS[op][0].params]
+    return values + [[_SEEDS[0], 0] if spec.tag == TAG_GENERATOR else spec.default for spec in plan.args[len(values):]]
+
+
 def _target(dtype: str, shape: list[int], **layout) -> torch.Tensor:
     return build({"shape": shape, "dtype": dtype, "seed": 7, "scale": 1.0, **layout})
 

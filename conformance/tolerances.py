@@ -162,3 +162,15 @@ def tolerance_for(op: str, out_dtype: torch.dtype, fast: bool = False) -> Tolera
         steps = max(1.0, rtol / torch.finfo(out_dtype).eps)
         rule = Tolerance("magnitude", rtol=rtol, atol=steps * smallest_subnormal(out_dtype))
     return rule.scaled(FAST_VARIANT_FACTOR) if fast else rule
+
+
+def between_runs(op: str, out_dtype: torch.dtype) -> Tolerance:
+    """How far two runs of one call may differ for a kernel that is not deterministic alone
+    (its two lone runs differ: float atomics, a split chosen by load): its numerics rule
+    where that needs no float64 reference, else PyTorch's assert_close bounds for the dtype
+    (conformance.concurrency)."""
+    rule = tolerance_for(op, out_dtype)
+    if rule.kind in ("exact", "close"):
+        return rule
+    rtol, atol = _TORCH_CLOSE.get(out_dtype, _TORCH_CLOSE[_BF16])
+    return Tolerance("close", rtol=max(rtol, rule.rtol), atol=atol)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from test_conformance_reference import ROOT, failures, read_reports, run_fl_sdk_test
+from test_conformance_reference import REFERENCE_LIBRARY, ROOT, failures, read_reports, run_fl_sdk_test
 
 SOURCE = Path(os.environ.get("FL_REFERENCE_SOURCE", ROOT / "reference_vendor"))
 
@@ -36,6 +36,7 @@ class Mutant:
     says: str = ""             # a failure message must contain this
     variant: str = ""          # every failure must be in this kernel variant
     options: tuple = ()        # more `fl-sdk test` options
+    more: tuple = ()           # further (line, replacement) pairs in `file`
 
 
 MUTANTS = [
@@ -189,14 +190,109 @@ MUTANTS = [
 ]
 
 
+# ---- kernels that share one workspace between launches (conformance.concurrency) ----------
+
+# The kernel (queue.c's run_kernel, for one op) computes its last tensor argument (the output)
+# in one global workspace, grown as needed and never freed, then copies it out: right one
+# call at a time, wrong when two launches overlap.  sched_yield stands for the rest of a real
+# kernel's work between computing and copying out (a kernel of a few microseconds is rarely
+# caught mid-way on a loaded 2-core host; one of real size is).
+_SHARED_WORKSPACE = """\
+    fl_status st;
+    if (strcmp(t->u.kernel.def->op, "{op}") == 0 && t->u.kernel.nargs <= 64) {{
+        static char *workspace;
+        static size_t workspace_bytes;
+        fl_arg args[64];
+        fl_tensor inside;
+        const fl_tensor *out = NULL;
+        size_t bytes = 0;
+        memcpy(args, t->u.kernel.args, t->u.kernel.nargs * sizeof *args);
+        for (uint32_t i = t->u.kernel.nargs; i-- > 0 && !out;) {{
+            if (args[i].kind != FL_ARG_TENSOR)
+                continue;
+            out = args[i].value.tensor;
+            int64_t span = 1;
+            for (int d = 0; d < out->ndim; ++d)
+                span = out->sizes[d] == 0 || span == 0 ? 0 : span + (out->sizes[d] - 1) * out->strides[d];
+            bytes = (size_t)span * flk_dtype_size(out->dtype);
+            if (bytes > workspace_bytes) {{
+                workspace = malloc(bytes);
+                workspace_bytes = bytes;
+            }}
+            inside = *out;
+            inside.base = (fl_devptr)(uintptr_t)workspace;
+            inside.byte_offset = 0;
+            if (bytes)
+                memcpy(workspace, flk_data(out), bytes);
+            args[i].value.tensor = &inside;
+        }}
+        st = fn(args, t->u.kernel.nargs, ctx);
+        sched_yield(); /* the kernel's other work: another launch may run meanwhile */
+        if (bytes)
+            memcpy(flk_data(out), workspace, bytes);
+    }} else
+        st = fn ? fn(t->u.kernel.args, t->u.kernel.nargs, ctx)
+                : flk_kernel_fail(ctx, "the kernel table has no function for it");
+"""
+
+
+def shared_workspace(op: str, name: str) -> Mutant:
+    """`op`'s kernel computes in one workspace shared by every launch; only the
+    concurrency check can see it (its numerics run one call at a time and must pass)."""
+    return Mutant(name, "src/driver/queue.c",
+                  "    fl_status st = fn ? fn(t->u.kernel.args, t->u.kernel.nargs, ctx)\n"
+                  "                      : flk_kernel_fail(ctx, \"the kernel table has no function for it\");\n",
+                  _SHARED_WORKSPACE.format(op=op), f"{op}- and (float32 or suite_concurrency)", "concurrency",
+                  {op}, "differs from the same call run alone",
+                  more=(("#include <errno.h>\n", "#include <errno.h>\n#include <sched.h>\n"),))
+
+
+def random_table_op(seed: int = int(os.environ.get("FL_MUTANT_SEED", "41"))) -> str:
+    """An op of the reference vendor's table that the test does not name: drawn (seeded)
+    among the entries device 0 can run, so that the concurrency check is shown to cover
+    the table, not a list."""
+    import random
+
+    from conformance.harness import kernel_entries
+    from conformance.target import device_properties, load
+
+    plugin = load(str(REFERENCE_LIBRARY))
+    mask = device_properties(plugin, 0)["supported_dtypes"]
+    ops = sorted({e.op for e in kernel_entries(plugin) if e.dtypes & mask and e.variant_name == "precise"})
+    return random.Random(seed).choice(ops)
+
+
+MUTANTS += [
+    # A convolution library's im2col workspace kept in one global (as one cuDNN workspace or
+    # BLAS handle shared by every stream): the concurrency check must blame convolution.
+    Mutant("convolution-shares-one-im2col-workspace", "src/kernels/conv.c",
+           "    char *cols = xld ? NULL : (char *)flk_alloc((size_t)(nb * cstride) * es);",
+           "    static char *workspace;\n    static size_t workspace_bytes;\n"
+           "    if (!xld && (size_t)(nb * cstride) * es > workspace_bytes) {\n"
+           "        workspace = (char *)malloc((size_t)(nb * cstride) * es);\n"
+           "        workspace_bytes = (size_t)(nb * cstride) * es;\n    }\n"
+           "    char *cols = xld ? NULL : workspace;",
+           "convolution- and (float32 or suite_concurrency) and not backward", "concurrency", {"convolution"},
+           "differs from the same call run alone",
+           more=(("    flk_free(wmat);\n    flk_free(cols);\n    flk_free(obuf);\n    flk_free(bias);\n",
+                  "    flk_free(wmat);\n    flk_free(obuf);\n    flk_free(bias);\n"),
+                 # the gemm's packing and set-up between im2col and its read of the columns
+                 ("                B = cols;\n", "                sched_yield();\n                B = cols;\n"),
+                 ("#include <stdlib.h>\n", "#include <sched.h>\n#include <stdlib.h>\n"))),
+    shared_workspace("_softmax", "softmax-computes-in-one-shared-workspace"),
+]
+
+
 def build_mutant(mutant: Mutant, directory: Path) -> Path:
     # Build outputs stay behind: the library, its metadata, and the hidden temporary files a
     # concurrent `fl-sdk build` of the source tree writes and renames (make test's second venv).
     shutil.copytree(SOURCE, directory, ignore=shutil.ignore_patterns("*.so", "*.meta.json", ".*", "__pycache__"))
     source = directory / mutant.file
     text = source.read_text()
-    assert text.count(mutant.line) == 1, f"{mutant.file} no longer has the line {mutant.name} changes"
-    source.write_text(text.replace(mutant.line, mutant.replacement))
+    for line, replacement in ((mutant.line, mutant.replacement), *mutant.more):
+        assert text.count(line) == 1, f"{mutant.file} no longer has the line {mutant.name} changes"
+        text = text.replace(line, replacement)
+    source.write_text(text)
     built = subprocess.run([sys.executable, "-m", "fl_sdk", "build", str(directory)], capture_output=True,
                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert built.returncode == 0, built.stderr
@@ -236,7 +332,7 @@ def test_suite_fails_the_mutant_and_blames_it(mutant, runs):
     failed = failures(report)
     assert failed, result.stdout[-4000:]
     assert {t["category"] for t in failed} == {mutant.category}
-    blamed = {t["op"] if mutant.category == "kernels" else t["test"] for t in failed}
+    blamed = {t["op"] if mutant.category in ("kernels", "concurrency") else t["test"] for t in failed}
     assert blamed <= mutant.blamed, f"failures blame {blamed - mutant.blamed}, not only {mutant.blamed}"
     assert all(t["reproducer"] for t in failed)
     if mutant.variant:
@@ -244,3 +340,19 @@ def test_suite_fails_the_mutant_and_blames_it(mutant, runs):
     if mutant.says:
         assert any(mutant.says in t["message"] for t in failed), [t["message"][:300] for t in failed]
     assert any(t["status"] == "pass" for t in report["tests"]), "the neighbours that must pass did not run"
+
+
+def test_suite_blames_a_shared_workspace_in_a_kernel_drawn_from_the_table(tmp_path):
+    """The shared-workspace bug planted in an op drawn from the reference vendor's table
+    (seeded: FL_MUTANT_SEED), not one the test names: the concurrency check covers every
+    entry, so the ci profile must fail that op, and only in the concurrency category."""
+    op = random_table_op()
+    mutant = shared_workspace(op, f"{op}-computes-in-one-shared-workspace")
+    result, run = build_and_test(mutant, tmp_path)
+    report, _ = read_reports(run)
+    failed = failures(report)
+    assert result.returncode != 0 and failed, f"the suite passed {mutant.name}:\n{result.stdout[-4000:]}"
+    assert {(t["category"], t["op"]) for t in failed} == {("concurrency", op)}, [t["message"][:300] for t in failed]
+    assert all(t["reproducer"] and "differs from the same call run alone" in t["message"] for t in failed)
+    assert any(t["status"] == "pass" and t["category"] == "kernels" for t in report["tests"]), \
+        f"{op}'s numerics (one call at a time) did not run and pass"

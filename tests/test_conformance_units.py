@@ -545,15 +545,14 @@ def test_opinfo_candidates_index_matches_a_scan_of_op_db():
 
 
 def test_fork_server_warm_up_loads_no_plugin_and_starts_no_thread(python):
-    """What the fork server prepares before forking kernel workers (conformance.forkserver:
+    """What the fork server prepares before forking kernel workers (conformance.isolation's
     worker modules, hypothesis' state, cffi types) must not load a plugin (its device memory
     mapping would be shared by every worker) nor leave a thread that fork would not copy."""
     result = python("""
         import threading
-        from conformance import forkserver
+        from conformance import forkserver, isolation
         forkserver._warm_up()
-        forkserver._warm_up_opinfo()
-        forkserver._warm_up_workers()
+        isolation.prepare_workers()
         maps = open('/proc/self/maps').read()
         assert 'libfl_' not in maps, [l for l in maps.splitlines() if 'libfl_' in l][:3]
         assert threading.active_count() == 1, threading.enumerate()
@@ -710,3 +709,66 @@ def test_the_out_of_memory_check_fails_a_device_that_never_says_out_of_memory():
     with pytest.raises(AssertionError, match="returned FL_ERROR_DRIVER, expected FL_ERROR_OUT_OF_MEMORY"):
         check(device)
     assert device.used == 0 and not device.live
+
+
+def test_special_rows_put_every_pattern_in_a_row_and_in_a_column():
+    """conformance.special_rows: in the rows case row r holds pattern r, in the columns case
+    column r holds pattern r + 3; every pattern appears, and an empty dimension is offered."""
+    import math
+
+    import torch
+
+    from conformance import special_rows
+    from conformance.recipes import build
+
+    def kind(values: list) -> str:
+        if all(v == -math.inf for v in values):
+            return "all -inf"
+        if all(v == math.inf for v in values):
+            return "all +inf"
+        if all(math.isnan(v) for v in values):
+            return "all NaN"
+        if sum(math.isnan(v) for v in values) == 1:
+            return "one NaN"
+        if {v for v in values} == {math.inf, -math.inf}:
+            return "+inf with -inf"
+        return "finite" if all(math.isfinite(v) for v in values) else "?"
+
+    rows, columns, empty = special_rows.cases("amax", torch.float32)
+    x = build(rows["args"][0]["tensor"])
+    assert rows["args"][1] == [1] and [kind(r.tolist()) for r in x] == list(special_rows.PATTERNS)
+    y = build(columns["args"][0]["tensor"])
+    assert columns["args"][1] == [0]
+    assert [kind(y[:, r].tolist()) for r in range(y.shape[1])] == [special_rows.PATTERNS[(r + 3) % 6] for r in range(6)]
+    assert build(empty["args"][0]["tensor"]).shape == (6, 0)
+    assert all("special rows" in case["matrix"] for case in (rows, columns, empty))
+    assert special_rows.cases("amax", torch.int32) == [] and special_rows.cases("add.Tensor", torch.float32) == []
+    assert len(special_rows.cases("sum", torch.float16)) == len(special_rows.PATTERNS) + 1   # no dim: one per pattern
+
+
+def test_special_rows_cover_the_ops_that_reduce_along_a_dimension():
+    from conformance import special_rows
+
+    for op in ("_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "logsumexp",
+               "max", "min", "amax", "amin", "argmax", "argmin", "max.dim", "min.dim", "sum", "sum.dim_IntList",
+               "mean", "mean.dim", "var.correction", "std.correction", "linalg_vector_norm", "cumsum", "cumprod",
+               "sort", "topk", "native_layer_norm", "native_group_norm", "native_batch_norm",
+               "native_layer_norm_backward", "native_group_norm_backward", "native_batch_norm_backward"):
+        assert special_rows.applies(op), op
+
+
+def test_a_value_variant_rotates_each_storage_once_and_keeps_views_of_one_storage_shared():
+    """conformance.concurrency.rotated: same shapes and layouts, other values at each
+    position; two views of one storage stay two views of one (rotated) storage."""
+    import torch
+
+    from conformance.concurrency import rotated
+
+    base = torch.arange(12.0)
+    a, b = base[:6].view(2, 3), base[3:].as_strided((3, 2), (1, 3), 3)
+    c = torch.tensor([5, 1, 3])
+    ra, rb, rc, scalar = rotated([a, b, [c], 2.5], 1)
+    assert ra.untyped_storage().data_ptr() == rb.untyped_storage().data_ptr() != a.untyped_storage().data_ptr()
+    assert (ra.shape, ra.stride(), rb.stride(), rb.storage_offset()) == (a.shape, a.stride(), b.stride(), 3)
+    assert ra.flatten().tolist() == [11.0, 0.0, 1.0, 2.0, 3.0, 4.0] and rc[0].tolist() == [3, 5, 1] and scalar == 2.5
+    assert rotated([a], 0)[0] is a

@@ -105,12 +105,14 @@ def test_the_cert_profiles_exhaustive_8_bit_sweeps_pass_on_the_reference(referen
 
     from conformance import fp8_specs, kernel_checks, statuses
     from conformance.harness import kernel_entries
+    from conformance.opspecs import elementwise_unary
     from conformance.profiles import PROFILES
     from conformance.recipes import DTYPES
 
     dev, stream = reference_device
     entry = next(e for e in kernel_entries(dev.plugin) if e.op == op and e.variant_name == "precise")
-    sweeps = fp8_specs.sweep_cases(op, DTYPES[dtype_name], entry.dtypes, exhaustive=True)
+    sweeps = fp8_specs.sweep_cases(op, DTYPES[dtype_name], entry.dtypes, exhaustive=True,
+                                   elementwise=elementwise_unary(op))
     sizes = sorted(case["args"][-1]["tensor"]["shape"][0] for case in sweeps)
     assert sizes.count(256) >= (3 if op == "copy_" else 1) and (op != "copy_" or sizes.count(1 << 16) == 2), sizes
     cert = replace(PROFILES["cert"], kernel_examples=1)

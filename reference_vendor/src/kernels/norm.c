@@ -188,6 +188,12 @@ static fl_status norm_forward(const flk_args *a, const fl_tensor *x, const fl_te
     if (st == FL_SUCCESS) {
         double *mean = buf[4], *rstd = buf[5];
         row_moments(buf[0], R, D, mean, rstd);
+        /* PyTorch's layer and group norm take the statistics from Welford's update over
+         * vector lanes (RowwiseMoments): a row holding an infinity gets a NaN mean
+         * (inf - inf), where sum / D is +-inf.  Batch norm's sum / D keeps it. */
+        for (int64_t r = 0; r < R; ++r)
+            if (isinf(mean[r]))
+                mean[r] = NAN;
         rstd_from_var(rstd, R, eps);
         rows_normalise(buf[0], R, D, mean, rstd, buf[1], buf[2], m, buf[3]);
         ref_unpack(y, FL_FLOAT64, buf[3]);

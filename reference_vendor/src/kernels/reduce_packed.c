@@ -108,6 +108,16 @@ static void row_argmin(const double *x, int64_t d, double *o, const red_params *
     row_extreme(x, d, o, 0);
     o[0] = o[1];
 }
+/* The mean PyTorch's var_mean/std_mean return: Welford's update, element by element.  It
+ * differs from sum / d only where the row holds an infinity: one followed by any other
+ * element makes inf - inf, NaN (an all -inf row's mean is NaN, not -inf). */
+static double welford_mean(const double *x, int64_t d) {
+    double m = 0.0;
+    for (int64_t i = 0; i < d; ++i)
+        m += (x[i] - m) / (double)(i + 1);
+    return m;
+}
+
 /* o[0] = variance with the correction, o[1] = mean */
 static void row_var(const double *x, int64_t d, double *o, const red_params *p) {
     double s = 0.0, q = 0.0;
@@ -118,7 +128,7 @@ static void row_var(const double *x, int64_t d, double *o, const red_params *p) 
         q += (x[i] - mean) * (x[i] - mean);
     const double denom = (double)d - p->correction;
     o[0] = q / (denom > 0.0 ? denom : 0.0);
-    o[1] = mean;
+    o[1] = isinf(mean) ? welford_mean(x, d) : mean;
 }
 static void row_std(const double *x, int64_t d, double *o, const red_params *p) {
     row_var(x, d, o, p);

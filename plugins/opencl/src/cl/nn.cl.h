@@ -143,7 +143,10 @@ __kernel void layer_norm(__global T *y, long y0, __global const T *x, long x0, _
         ST(y, y0 + row * n + j, v);
     }
     if (lid == 0) {
-        mean[mean0 + row] = mu;     /* ACC: float32 for a float16 input, as PyTorch's */
+        /* ACC: float32 for a float16 input, as PyTorch's.  PyTorch takes the statistics from
+         * Welford's update (RowwiseMoments): a row holding an infinity has a NaN mean
+         * (inf - inf) where sum / n is +-inf. */
+        mean[mean0 + row] = isinf(mu) ? (ACC)NAN : mu;
         rstd[rstd0 + row] = rs;
     }
 }
