@@ -73,17 +73,22 @@ def main() -> None:
         ("entering a Python kernel (noop)", best_us(lambda: torch.ops.fl_bench.noop(fa), n)),
         ("call key", best_us(lambda: fast_path.positional_key((fa, fb)), n)),
         ("allocate + release", best_us(lambda: allocator.release(allocator.allocate_rounded(512, stream)), n)),
+        # PyTorch's own C++ allocation path (c10 allocator; the bridge's C++ pool, no GIL inside)
+        ("UntypedStorage(512) native (CPU)", best_us(lambda: torch.UntypedStorage(512), n)),
+        ("UntypedStorage(512) fl", best_us(lambda: torch.UntypedStorage(512, device="fl:0"), n)),
         ("allocate + DLPack wrap + free", best_us(new_output, n)),
         ("marshal replay", best_us(lambda: replay(plan, [fa, fb, 1], [out], program.entry), n)),
         ("launch (cffi call)", best_us(lambda: program.choice.launch_fn(stream.handle, program.choice.entry,
                                                                           c_args, count), n)),
     ]
+    from fl_runtime import bridge
     from fl_runtime.devices import storage
-    print(f"compiled helpers: {'in use' if storage.IMPLEMENTATION == 'compiled' else 'not in use (Python versions)'}")
+    print(f"compiled helpers: {'in use' if storage.IMPLEMENTATION == 'compiled' else 'not in use (Python versions)'}"
+          f"; allocator: {type(allocator).__name__} (native bridge {'on' if bridge.status().active else 'off'})")
     width = max(len(name) for name, _ in rows)
     for name, us in rows:
         print(f"{name:{width}s} {us:7.2f} us")
-    whole, parts = rows[1][1], rows[2][1] + rows[3][1] + rows[5][1] + rows[6][1] + rows[7][1]
+    whole, parts = rows[1][1], sum(rows[i][1] for i in (2, 3, 7, 8, 9))
     print(f"{'glue (whole - the parts above)':{width}s} {whole - parts:7.2f} us   load average "
           f"{os.getloadavg()[0]:.1f}")
 
