@@ -45,6 +45,10 @@ class BridgeCalls:
         for allocator in self._rt.allocators:
             allocator.empty_cache()
 
+    def settle(self, device: int) -> None:
+        """Count storages Python freed before PyTorch reads the C++ figures."""
+        self._rt.allocators[device].settle()
+
     def empty_cache_for_retry(self, device: int) -> None:
         """An allocation found no memory: give the cache back before its one retry."""
         self._rt.allocators[device].empty_cache()

@@ -74,8 +74,16 @@ void DeviceAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream) 
             static_cast<long long>(stream.id()));
 }
 
+// Storages the Python runtime wrapped (DLPack) return their blocks when it collects them:
+// figures count them first, as torch.fl's do (native_allocator.py settle).  Not the op path.
+static CachingAllocator& settled(c10::DeviceIndex device) {
+  const c10::DeviceIndex index = resolve(device);
+  call_void("settle", "(i)", static_cast<int>(index));
+  return allocator_of(index);
+}
+
 c10::CachingDeviceAllocator::DeviceStats DeviceAllocator::getDeviceStats(c10::DeviceIndex device) {
-  const MemoryFigures figures = allocator_of(resolve(device)).figures();
+  const MemoryFigures figures = settled(device).figures();
   c10::CachingDeviceAllocator::DeviceStats out;
   constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
   fill(out.allocated_bytes[all], figures.allocated, figures.peak_allocated);
@@ -91,11 +99,11 @@ c10::CachingDeviceAllocator::DeviceStats DeviceAllocator::getDeviceStats(c10::De
 }
 
 void DeviceAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
-  allocator_of(resolve(device)).reset_accumulated();
+  settled(device).reset_accumulated();
 }
 
 void DeviceAllocator::resetPeakStats(c10::DeviceIndex device) {
-  allocator_of(resolve(device)).reset_peaks();
+  settled(device).reset_peaks();
 }
 
 std::pair<size_t, size_t> DeviceAllocator::getMemoryInfo(c10::DeviceIndex device) {

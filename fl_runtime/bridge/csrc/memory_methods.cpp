@@ -63,86 +63,85 @@ PyObject* install(PyObject*, PyObject* devices) {
   END_HANDLE_TH_ERRORS
 }
 
-PyObject* alloc(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+// A METH_FASTCALL body over N integer arguments, with PyTorch's error translation.
+template <Py_ssize_t N, typename Body>
+PyObject* integer_call(PyObject* const* args, Py_ssize_t nargs, const char* signature, Body body) {
   HANDLE_TH_ERRORS
-  long long a[4];
-  if (!integers(args, nargs, 4, "alloc(device, rounded, requested, stream_id)", a)) {
+  long long a[N];
+  if (!integers(args, nargs, N, signature, a)) {
     return nullptr;
   }
-  const Block* block = on(a[0]).allocate(static_cast<uint64_t>(a[1]), a[2], a[3]);
-  return PyLong_FromUnsignedLongLong(block->ptr);
+  return body(a);
   END_HANDLE_TH_ERRORS
+}
+
+// A METH_O body over one device index.
+template <typename Body>
+PyObject* device_call(PyObject* device, Body body) {
+  HANDLE_TH_ERRORS
+  const long long index = PyLong_AsLongLong(device);
+  if (index == -1 && PyErr_Occurred()) {
+    return nullptr;
+  }
+  return body(on(index));
+  END_HANDLE_TH_ERRORS
+}
+
+PyObject* alloc(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return integer_call<4>(args, nargs, "alloc(device, rounded, requested, stream_id)", [](const long long* a) {
+    return PyLong_FromUnsignedLongLong(on(a[0]).allocate(static_cast<uint64_t>(a[1]), a[2], a[3])->ptr);
+  });
 }
 
 PyObject* free_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  HANDLE_TH_ERRORS
-  long long a[2];
-  if (!integers(args, nargs, 2, "free(device, address)", a)) {
-    return nullptr;
-  }
-  return PyBool_FromLong(on(a[0]).free_address(address(a[1])));
-  END_HANDLE_TH_ERRORS
+  return integer_call<2>(args, nargs, "free(device, address)", [](const long long* a) {
+    return PyBool_FromLong(on(a[0]).free_address(address(a[1])));
+  });
 }
 
 PyObject* record_stream(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  HANDLE_TH_ERRORS
-  long long a[4];
-  if (!integers(args, nargs, 4, "record_stream(device, address, stream_id, handle)", a)) {
-    return nullptr;
-  }
-  auto* handle = reinterpret_cast<fl_stream>(static_cast<uintptr_t>(a[3]));
-  return PyBool_FromLong(on(a[0]).record_stream(address(a[1]), a[2], handle));
-  END_HANDLE_TH_ERRORS
+  return integer_call<4>(args, nargs, "record_stream(device, address, stream_id, handle)", [](const long long* a) {
+    auto* handle = reinterpret_cast<fl_stream>(static_cast<uintptr_t>(a[3]));
+    return PyBool_FromLong(on(a[0]).record_stream(address(a[1]), a[2], handle));
+  });
 }
 
 PyObject* block_info(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  HANDLE_TH_ERRORS
-  long long a[2];
-  if (!integers(args, nargs, 2, "block_info(device, address)", a)) {
-    return nullptr;
-  }
-  Block block;
-  if (!on(a[0]).live_block(address(a[1]), block)) {
-    Py_RETURN_NONE;
-  }
-  PyObject* used = PyTuple_New(static_cast<Py_ssize_t>(block.used_by.size()));
-  for (size_t i = 0; used != nullptr && i < block.used_by.size(); ++i) {
-    PyTuple_SET_ITEM(used, static_cast<Py_ssize_t>(i), PyLong_FromLongLong(block.used_by[i].first));
-  }
-  return Py_BuildValue("(KLLN)", static_cast<unsigned long long>(block.size), static_cast<long long>(block.stream),
-                       static_cast<long long>(block.writer), used);
-  END_HANDLE_TH_ERRORS
+  return integer_call<2>(args, nargs, "block_info(device, address)", [](const long long* a) -> PyObject* {
+    Block block;
+    if (!on(a[0]).live_block(address(a[1]), block)) {
+      Py_RETURN_NONE;
+    }
+    PyObject* used = PyTuple_New(static_cast<Py_ssize_t>(block.used_by.size()));
+    for (size_t i = 0; used != nullptr && i < block.used_by.size(); ++i) {
+      PyTuple_SET_ITEM(used, static_cast<Py_ssize_t>(i), PyLong_FromLongLong(block.used_by[i].first));
+    }
+    return Py_BuildValue("(KLLN)", static_cast<unsigned long long>(block.size), static_cast<long long>(block.stream),
+                         static_cast<long long>(block.writer), used);
+  });
 }
 
 PyObject* set_writer(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  HANDLE_TH_ERRORS
-  long long a[3];
-  if (!integers(args, nargs, 3, "set_writer(device, address, stream_id)", a)) {
-    return nullptr;
-  }
-  return PyBool_FromLong(on(a[0]).set_writer(address(a[1]), a[2]));
-  END_HANDLE_TH_ERRORS
+  return integer_call<3>(args, nargs, "set_writer(device, address, stream_id)", [](const long long* a) {
+    return PyBool_FromLong(on(a[0]).set_writer(address(a[1]), a[2]));
+  });
 }
 
 PyObject* holds(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  HANDLE_TH_ERRORS
-  long long a[2];
-  if (!integers(args, nargs, 2, "holds(device, address)", a)) {
-    return nullptr;
-  }
-  return PyBool_FromLong(on(a[0]).holds(address(a[1])));
-  END_HANDLE_TH_ERRORS
+  return integer_call<2>(args, nargs, "holds(device, address)", [](const long long* a) {
+    return PyBool_FromLong(on(a[0]).holds(address(a[1])));
+  });
 }
 
 PyObject* take_cached(PyObject*, PyObject* device) {
-  HANDLE_TH_ERRORS
-  const std::vector<Block*> taken = on(PyLong_AsLongLong(device)).take_cached();
-  PyObject* out = PyList_New(static_cast<Py_ssize_t>(taken.size()));
-  for (size_t i = 0; out != nullptr && i < taken.size(); ++i) {
-    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), PyLong_FromVoidPtr(taken[i]));
-  }
-  return out;
-  END_HANDLE_TH_ERRORS
+  return device_call(device, [](CachingAllocator& allocator) -> PyObject* {
+    const std::vector<Block*> taken = allocator.take_cached();
+    PyObject* out = PyList_New(static_cast<Py_ssize_t>(taken.size()));
+    for (size_t i = 0; out != nullptr && i < taken.size(); ++i) {
+      PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), PyLong_FromVoidPtr(taken[i]));
+    }
+    return out;
+  });
 }
 
 PyObject* release_taken(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -163,65 +162,61 @@ PyObject* release_taken(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyObject* figures(PyObject*, PyObject* device) {
-  HANDLE_TH_ERRORS
-  const MemoryFigures f = on(PyLong_AsLongLong(device)).figures();
-  return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsL}", "allocated", f.allocated, "reserved", f.reserved,
-                       "peak_allocated", f.peak_allocated, "peak_reserved", f.peak_reserved, "vendor_mallocs",
-                       f.vendor_mallocs, "vendor_frees", f.vendor_frees, "cache_hits", f.cache_hits, "alloc_retries",
-                       f.alloc_retries, "ooms", f.ooms, "live_blocks", f.live_blocks, "cached_blocks",
-                       f.cached_blocks, "cached_bytes", f.cached_bytes, "limit", f.limit);
-  END_HANDLE_TH_ERRORS
+  return device_call(device, [](CachingAllocator& allocator) -> PyObject* {
+    const MemoryFigures f = allocator.figures();
+    return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsL}", "allocated", f.allocated, "reserved", f.reserved,
+                         "peak_allocated", f.peak_allocated, "peak_reserved", f.peak_reserved, "vendor_mallocs",
+                         f.vendor_mallocs, "vendor_frees", f.vendor_frees, "cache_hits", f.cache_hits,
+                         "alloc_retries", f.alloc_retries, "ooms", f.ooms, "live_blocks", f.live_blocks,
+                         "cached_blocks", f.cached_blocks, "cached_bytes", f.cached_bytes, "limit", f.limit);
+  });
 }
 
 PyObject* reset_peaks(PyObject*, PyObject* device) {
-  HANDLE_TH_ERRORS
-  on(PyLong_AsLongLong(device)).reset_peaks();
-  Py_RETURN_NONE;
-  END_HANDLE_TH_ERRORS
+  return device_call(device, [](CachingAllocator& allocator) -> PyObject* {
+    allocator.reset_peaks();
+    Py_RETURN_NONE;
+  });
 }
 
 PyObject* reset_accumulated(PyObject*, PyObject* device) {
-  HANDLE_TH_ERRORS
-  on(PyLong_AsLongLong(device)).reset_accumulated();
-  Py_RETURN_NONE;
-  END_HANDLE_TH_ERRORS
+  return device_call(device, [](CachingAllocator& allocator) -> PyObject* {
+    allocator.reset_accumulated();
+    Py_RETURN_NONE;
+  });
 }
 
 PyObject* set_limit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  HANDLE_TH_ERRORS
-  long long a[2];
-  if (!integers(args, nargs, 2, "set_limit(device, bytes)", a)) {
-    return nullptr;
-  }
-  on(a[0]).set_limit(a[1]);
-  Py_RETURN_NONE;
-  END_HANDLE_TH_ERRORS
+  return integer_call<2>(args, nargs, "set_limit(device, bytes)", [](const long long* a) -> PyObject* {
+    on(a[0]).set_limit(a[1]);
+    Py_RETURN_NONE;
+  });
 }
 
 PyObject* blocks(PyObject*, PyObject* device) {
-  HANDLE_TH_ERRORS
-  const std::vector<BlockView> views = on(PyLong_AsLongLong(device)).blocks();
-  PyObject* out = PyList_New(static_cast<Py_ssize_t>(views.size()));
-  for (size_t i = 0; out != nullptr && i < views.size(); ++i) {
-    const BlockView& v = views[i];
-    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i),
-                    Py_BuildValue("(KKLLi)", static_cast<unsigned long long>(v.ptr),
-                                  static_cast<unsigned long long>(v.size), static_cast<long long>(v.requested),
-                                  static_cast<long long>(v.stream), v.state));
-  }
-  return out;
-  END_HANDLE_TH_ERRORS
+  return device_call(device, [](CachingAllocator& allocator) -> PyObject* {
+    const std::vector<BlockView> views = allocator.blocks();
+    PyObject* out = PyList_New(static_cast<Py_ssize_t>(views.size()));
+    for (size_t i = 0; out != nullptr && i < views.size(); ++i) {
+      const BlockView& v = views[i];
+      PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i),
+                      Py_BuildValue("(KKLLi)", static_cast<unsigned long long>(v.ptr),
+                                    static_cast<unsigned long long>(v.size), static_cast<long long>(v.requested),
+                                    static_cast<long long>(v.stream), v.state));
+    }
+    return out;
+  });
 }
 
 PyObject* streams_in_use(PyObject*, PyObject* device) {
-  HANDLE_TH_ERRORS
-  const std::vector<c10::StreamId> ids = on(PyLong_AsLongLong(device)).streams_in_use();
-  PyObject* out = PyList_New(static_cast<Py_ssize_t>(ids.size()));
-  for (size_t i = 0; out != nullptr && i < ids.size(); ++i) {
-    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), PyLong_FromLongLong(ids[i]));
-  }
-  return out;
-  END_HANDLE_TH_ERRORS
+  return device_call(device, [](CachingAllocator& allocator) -> PyObject* {
+    const std::vector<c10::StreamId> ids = allocator.streams_in_use();
+    PyObject* out = PyList_New(static_cast<Py_ssize_t>(ids.size()));
+    for (size_t i = 0; out != nullptr && i < ids.size(); ++i) {
+      PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), PyLong_FromLongLong(ids[i]));
+    }
+    return out;
+  });
 }
 
 PyObject* set_memory_history(PyObject*, PyObject* enabled) {
@@ -234,16 +229,12 @@ PyObject* set_memory_history(PyObject*, PyObject* enabled) {
 }
 
 PyObject* copy_data(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  HANDLE_TH_ERRORS
-  long long a[3];
-  if (!integers(args, nargs, 3, "copy_data(dest, src, nbytes)", a)) {
-    return nullptr;
-  }
-  device_allocator().copy_data(reinterpret_cast<void*>(static_cast<uintptr_t>(a[0])),
-                               reinterpret_cast<const void*>(static_cast<uintptr_t>(a[1])),
-                               static_cast<size_t>(a[2]));
-  Py_RETURN_NONE;
-  END_HANDLE_TH_ERRORS
+  return integer_call<3>(args, nargs, "copy_data(dest, src, nbytes)", [](const long long* a) -> PyObject* {
+    device_allocator().copy_data(reinterpret_cast<void*>(static_cast<uintptr_t>(a[0])),
+                                 reinterpret_cast<const void*>(static_cast<uintptr_t>(a[1])),
+                                 static_cast<size_t>(a[2]));
+    Py_RETURN_NONE;
+  });
 }
 
 #define FL_FASTCALL(fn) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn)), METH_FASTCALL
