@@ -73,9 +73,6 @@ def main() -> None:
         ("entering a Python kernel (noop)", best_us(lambda: torch.ops.fl_bench.noop(fa), n)),
         ("call key", best_us(lambda: fast_path.positional_key((fa, fb)), n)),
         ("allocate + release", best_us(lambda: allocator.release(allocator.allocate_rounded(512, stream)), n)),
-        # PyTorch's own C++ allocation path (c10 allocator; the bridge's C++ pool, no GIL inside)
-        ("UntypedStorage(512) native (CPU)", best_us(lambda: torch.UntypedStorage(512), n)),
-        ("UntypedStorage(512) fl", best_us(lambda: torch.UntypedStorage(512, device="fl:0"), n)),
         ("allocate + DLPack wrap + free", best_us(new_output, n)),
         ("marshal replay", best_us(lambda: replay(plan, [fa, fb, 1], [out], program.entry), n)),
         ("launch (cffi call)", best_us(lambda: program.choice.launch_fn(stream.handle, program.choice.entry,
@@ -83,12 +80,15 @@ def main() -> None:
     ]
     from fl_runtime import bridge
     from fl_runtime.devices import storage
+    if bridge.status().active:     # the C++ pool alone: two C calls, the GIL never released or taken
+        native = allocator.bridge
+        rows.append(("C++ pool alloc + free (bridge)", best_us(lambda: native.free(0, native.alloc(0, 512, 512, 0)), n)))
     print(f"compiled helpers: {'in use' if storage.IMPLEMENTATION == 'compiled' else 'not in use (Python versions)'}"
           f"; allocator: {type(allocator).__name__} (native bridge {'on' if bridge.status().active else 'off'})")
     width = max(len(name) for name, _ in rows)
     for name, us in rows:
         print(f"{name:{width}s} {us:7.2f} us")
-    whole, parts = rows[1][1], sum(rows[i][1] for i in (2, 3, 7, 8, 9))
+    whole, parts = rows[1][1], sum(rows[i][1] for i in (2, 3, 5, 6, 7))
     print(f"{'glue (whole - the parts above)':{width}s} {whole - parts:7.2f} us   load average "
           f"{os.getloadavg()[0]:.1f}")
 
