@@ -78,12 +78,17 @@ def main() -> None:
         ("launch (cffi call)", best_us(lambda: program.choice.launch_fn(stream.handle, program.choice.entry,
                                                                           c_args, count), n)),
     ]
+    from fl_runtime import bridge
     from fl_runtime.devices import storage
-    print(f"compiled helpers: {'in use' if storage.IMPLEMENTATION == 'compiled' else 'not in use (Python versions)'}")
+    if bridge.status().active:     # the C++ pool alone: two C calls, the GIL never released or taken
+        native = allocator.bridge
+        rows.append(("C++ pool alloc + free (bridge)", best_us(lambda: native.free(0, native.alloc(0, 512, 512, 0)), n)))
+    print(f"compiled helpers: {'in use' if storage.IMPLEMENTATION == 'compiled' else 'not in use (Python versions)'}"
+          f"; allocator: {type(allocator).__name__} (native bridge {'on' if bridge.status().active else 'off'})")
     width = max(len(name) for name, _ in rows)
     for name, us in rows:
         print(f"{name:{width}s} {us:7.2f} us")
-    whole, parts = rows[1][1], rows[2][1] + rows[3][1] + rows[5][1] + rows[6][1] + rows[7][1]
+    whole, parts = rows[1][1], sum(rows[i][1] for i in (2, 3, 5, 6, 7))
     print(f"{'glue (whole - the parts above)':{width}s} {whole - parts:7.2f} us   load average "
           f"{os.getloadavg()[0]:.1f}")
 

@@ -49,8 +49,10 @@ def test_out_of_memory_is_a_torch_oom_with_figures(python, tmp_path):
             print("OOM", type(exc).__name__, exc)
     """, {"TORCH_FL_CONFIG": str(path), "FL_REFERENCE_MEMORY_MB": "1024"})
     assert result.returncode == 0, result.stderr
-    assert "OOM FLOutOfMemoryError" in result.stdout and "memory_fraction" in result.stdout
-    assert "tried to allocate 1073741824 bytes" in result.stdout
+    assert "OOM FLOutOfMemoryError" in result.stdout and "memory_fraction 0.01" in result.stdout
+    assert "fl:0 out of memory. Tried to allocate 1.00 GiB." in result.stdout
+    assert "fl:0 has a total capacity of 1.00 GiB of which" in result.stdout
+    assert "raise memory_fraction" in result.stdout
 
 
 def test_empty_cache_gives_back_only_blocks_freed_before_its_wait(fl, monkeypatch):

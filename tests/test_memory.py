@@ -85,8 +85,11 @@ def test_device_oom_empties_the_cache_retries_then_explains(python):
     assert "retried 1" in result.stdout
     message = result.stdout.split("OOM ", 1)[1]
     assert message.startswith("FLOutOfMemoryError")
-    assert "tried to allocate 104857600 bytes" in message and "50331648 bytes in use" in message
-    assert "limit 67108864 of 67108864 bytes" in message and "cached" in message
+    assert "fl:0 out of memory. Tried to allocate 100.00 MiB." in message
+    assert "fl:0 has a total capacity of 64.00 MiB of which" in message
+    assert "48.00 MiB allocated by tensors" in message
+    # memory_fraction is already 1: no advice to raise it, none about a cap
+    assert "memory_fraction" not in message and "To fit: free tensors" in message
 
 
 def test_oom_inside_ops_raises_oom_and_frees_what_the_launch_allocated(python):

@@ -82,11 +82,25 @@ def install(rt, module) -> None:
     RNG onto it (before any kernel is registered: they capture rt.current_device)."""
     from fl_runtime.bridge.calls import BridgeCalls
     from fl_runtime.bridge.rng import NativeRNG
-    from fl_runtime.devices import storage
     module.install(BridgeCalls(rt, host_memory(rt)), len(rt.devices))
     rt.use_native_thread_state(module)
     rt.rng = NativeRNG(module, len(rt.devices))
-    storage.also_collect(module.collect)
+    use_native_allocators(rt, module)
+
+
+def use_native_allocators(rt, module) -> None:
+    """One C++ caching allocator per device (csrc/caching_allocator.h), which the runtime's
+    Python code then uses too (devices/native_allocator.py): one pool per device."""
+    from fl_runtime.abi import ffi
+    from fl_runtime.devices import memory_history
+    from fl_runtime.devices.native_allocator import NativeAllocator
+    held = [a.device.index for a in rt.allocators if a.stats.reserved]
+    if held:       # nothing allocates before the bridge is installed (integration/backend.py)
+        raise RuntimeError(f"the native bridge was installed after fl:{held[0]} allocated memory")
+    module.install_allocators([(int(ffi.cast("uintptr_t", d.plugin.api)), d.local_index, d.alignment,
+                                d.total_memory, d.memory_limit) for d in rt.devices])
+    rt.allocators = [NativeAllocator(d, rt._synchronizer(d.index), module, rt.streams) for d in rt.devices]
+    memory_history.recorder.on_change = module.set_memory_history
 
 
 def _import(path):

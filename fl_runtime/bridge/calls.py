@@ -12,6 +12,7 @@ import threading
 import torch
 
 from fl_runtime.devices import allocator as memory
+from fl_runtime.devices import memory_history
 from fl_runtime.devices.streams import Event, Stream
 
 # Streams per device handed out for torch.Stream(device="fl") and getStreamFromGlobalPool,
@@ -29,37 +30,46 @@ class BridgeCalls:
         self._event_ids = itertools.count(1)
         self._lock = threading.Lock()
 
-    # -- memory ------------------------------------------------------------------------
-    def allocate(self, device: int, nbytes: int) -> tuple[int, tuple]:
+    # -- memory (the allocators themselves are C++: csrc/caching_allocator.h) ---------------
+    def copy_device_bytes(self, dst_device: int, dst: int, src_device: int, src: int, nbytes: int) -> None:
+        """memcpy on the destination device's current stream (c10::Allocator::copy_data): each
+        address with the device whose allocator holds it, whatever device is current."""
         rt = self._rt
-        allocator = rt.allocators[device]
-        block = allocator.allocate(nbytes, rt.streams.current(device))
-        return block.ptr, (allocator.release, block)
-
-    def copy_device_bytes(self, device: int, dst: int, src: int, nbytes: int) -> None:
-        """memcpy on the device's current stream (c10::Allocator::copy_data)."""
-        rt = self._rt
-        info, stream = rt.device(device), rt.streams.current(device)
+        info, source = rt.device(dst_device), rt.device(src_device)
+        stream = rt.streams.current(dst_device)
         info.plugin.check(info.plugin.api.memcpy_d2d_async(stream.handle, info.local_index, dst, 0,
-                                                           info.local_index, src, 0, nbytes),
-                          f"memcpy_d2d_async(fl:{device}, {nbytes} bytes)")
+                                                           source.local_index, src, 0, nbytes),
+                          f"memcpy_d2d_async(fl:{src_device} -> fl:{dst_device}, {nbytes} bytes)")
 
     def empty_cache(self) -> None:
         for allocator in self._rt.allocators:
             allocator.empty_cache()
 
-    def device_stats(self, device: int) -> dict:
-        return memory.memory_stats(self._rt.allocators[device])
+    def settle(self, device: int) -> None:
+        """Count storages Python freed before PyTorch reads the C++ figures."""
+        self._rt.allocators[device].settle()
 
-    def reset_peak_stats(self, device: int) -> None:
-        allocator = self._rt.allocators[device]
-        allocator.settle()
-        allocator.stats.reset_peaks()
+    def empty_cache_for_retry(self, device: int) -> None:
+        """An allocation found no memory: give the cache back before its one retry."""
+        self._rt.allocators[device].empty_cache()
 
-    def reset_accumulated_stats(self, device: int) -> None:
+    def allocation_failed(self, device: int, size: int, cached_before: int, status: int, kind: str,
+                          detail: str) -> None:
+        """Raise the runtime's error for an allocation the C++ allocator could not serve."""
         allocator = self._rt.allocators[device]
-        allocator.settle()
-        allocator.stats.reset_accumulated()
+        info = allocator.device
+        call = f"fl_malloc(device=fl:{device}, size={size})"
+        if kind in ("limit", "vendor_oom"):
+            raise memory.out_of_memory(allocator, size, cached_before, kind)
+        if kind == "bad_block":
+            raise memory.unusable_block(info, call, detail)
+        info.plugin.check(status, call)
+        raise RuntimeError(f"{call} failed with status {status}")
+
+    def memory_event(self, action: str, device: int, address: int, size: int, stream: int) -> None:
+        """One allocator event for the memory history (devices/memory_history.py)."""
+        if memory_history.recorder.enabled:
+            memory_history.recorder.record(action, device, address, size, stream)
 
     def memory_info(self, device: int) -> tuple[int, int]:
         return memory.device_memory_info(self._rt.allocators[device])

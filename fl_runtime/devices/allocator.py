@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.devices.registry import DeviceInfo
+from fl_runtime.devices import memory_history
 from fl_runtime.devices import storage as _storage
 from fl_runtime.devices.storage import release_held
 from fl_runtime.errors import FLOutOfMemoryError, VendorError
@@ -110,6 +111,8 @@ class CachingAllocator:
             allocated = stats.allocated = stats.allocated + size
             if allocated > stats.peak_allocated:
                 stats.peak_allocated = allocated
+        if memory_history.recorder.enabled:
+            memory_history.recorder.record("alloc", self.device.index, block.ptr, size, stream.stream_id)
         return block
 
     def release(self, block: Block) -> None:
@@ -147,17 +150,21 @@ class CachingAllocator:
     def pooled_blocks(self) -> list[Block]:
         """A snapshot of the cached (free) blocks."""
         with self._lock:
-            return [block for bucket in self._pool.values() for block in bucket]
+            return self.pooled_blocks_locked()
 
     # -- the slow paths (called with the lock held) ----------------------------
     def _drain_freed(self) -> None:
         freed = self._freed
         live = self.live
         stats = self.stats
+        recorder = memory_history.recorder
         while freed:     # popleft is atomic: a deleter appending meanwhile loses nothing
             block = freed.popleft()
             live.pop(block.ptr, None)
             stats.allocated -= block.size
+            if recorder.enabled:
+                for action in ("free_requested", "free_completed"):
+                    recorder.record(action, self.device.index, block.ptr, block.size, block.stream.stream_id)
             if block.used_by:
                 self._waiting.append((block, [self._record_on(s) for s in block.used_by]))
             else:
@@ -196,8 +203,8 @@ class CachingAllocator:
             self.stats.alloc_retries += 1
             self.empty_cache()
             if self.stats.reserved + size > self.device.memory_limit:
-                raise self._oom(size, cached, f"memory_fraction {self.device.memory_fraction:g} (config or "
-                                "torch.fl.set_per_process_memory_fraction) caps it")
+                self.stats.ooms += 1
+                raise out_of_memory(self, size, cached, "limit")
         out = ffi.new("fl_devptr*")
         status = self._api.fl_malloc(self.device.local_index, size, 0, out)
         if status == abi.ERROR_OUT_OF_MEMORY:
@@ -206,7 +213,8 @@ class CachingAllocator:
             self.empty_cache()
             status = self._api.fl_malloc(self.device.local_index, size, 0, out)
             if status == abi.ERROR_OUT_OF_MEMORY:
-                raise self._oom(size, cached, "the device reports no free block large enough")
+                self.stats.ooms += 1
+                raise out_of_memory(self, size, cached, "vendor_oom")
         call = f"fl_malloc(device=fl:{self.device.index}, size={size})"
         self.device.plugin.check(status, call)
         ptr = int(out[0])
@@ -216,6 +224,8 @@ class CachingAllocator:
         stats.reserved += size
         stats.peak_reserved = max(stats.peak_reserved, stats.reserved)
         stats.vendor_mallocs += 1
+        if memory_history.recorder.enabled:
+            memory_history.recorder.record("segment_alloc", self.device.index, ptr, size, stream.stream_id)
         return Block(ptr, size, stream)
 
     def _validate_block(self, ptr: int, size: int, call: str) -> None:
@@ -237,18 +247,7 @@ class CachingAllocator:
         # (that would release memory under a live tensor), never 0.
         if ptr != 0 and self._held.overlapping(ptr, size) is None:
             self._api.fl_free(self.device.local_index, ptr)
-        raise VendorError(call, abi.SUCCESS, "an unusable block",
-                          f"{problem}; Torch-FL refused the block rather than risk two tensors sharing memory or wrong values. "
-                          "The plugin's allocator is faulty: report it to its vendor", self.device.plugin.name)
-
-    def _oom(self, size: int, cached_before: int, why: str) -> FLOutOfMemoryError:
-        self.stats.ooms += 1
-        return FLOutOfMemoryError(
-            f"fl:{self.device.index} out of memory: tried to allocate {size} bytes; "
-            f"{self.stats.allocated} bytes in use by tensors, {cached_before} bytes were cached and "
-            f"have been released before retrying; limit {self.device.memory_limit} of "
-            f"{self.device.total_memory} bytes ({why}). Free tensors, use smaller batches, "
-            "or raise memory_fraction.")
+        raise unusable_block(self.device, call, problem)
 
     def empty_cache(self) -> None:
         """Give every cached block back to the vendor (waits for the device first)."""
@@ -269,6 +268,34 @@ class CachingAllocator:
         with self._lock:
             for block in taken:
                 self._vendor_free(block)
+        if memory_history.recorder.enabled:
+            for block in taken:
+                memory_history.recorder.record("segment_free", self.device.index, block.ptr, block.size,
+                                               block.stream.stream_id)
+
+    def limit_changed(self) -> None:
+        """memory_fraction changed: this allocator reads device.memory_limit at each vendor malloc."""
+
+    def cached_figures(self) -> tuple[int, int]:
+        """(bytes, blocks) in the pool."""
+        pooled = self.pooled_blocks()
+        return sum(b.size for b in pooled), len(pooled)
+
+    def segments(self) -> list[tuple[int, int, int, int, str]]:
+        """Every block held from the vendor: (address, size, requested, stream id, state), state as
+        PyTorch's memory snapshot names it."""
+        self.settle()
+        with self._lock:
+            waiting = {block.ptr for block, _ in self._waiting}
+            states = {ptr: "active_allocated" for ptr in self.live}
+            held = [(start, self._held._sizes[start]) for start in self._held._starts]
+            streams = {b.ptr: b.stream.stream_id for b in (*self.live.values(), *self.pooled_blocks_locked(),
+                                                          *(w[0] for w in self._waiting))}
+        return [(ptr, size, size, streams.get(ptr, 0),
+                 "active_pending_free" if ptr in waiting else states.get(ptr, "inactive")) for ptr, size in held]
+
+    def pooled_blocks_locked(self) -> list[Block]:
+        return [block for bucket in self._pool.values() for block in bucket]
 
     def _vendor_free(self, block: Block) -> None:
         self._held.remove(block.ptr)
@@ -311,20 +338,20 @@ class _HeldRanges:
             del self._starts[bisect.bisect_left(self._starts, ptr)]
 
 
-def memory_stats(allocator: CachingAllocator) -> dict[str, int]:
+def memory_stats(allocator) -> dict[str, int]:
     """torch.cuda.memory_stats-shaped figures for one device (keys named as CUDA's where
     the meaning is the same; 'num_device_alloc'/'num_device_free' count vendor calls)."""
     allocator.settle()
     stats = allocator.stats
-    pooled = allocator.pooled_blocks()
+    cached_bytes, cached_blocks = allocator.cached_figures()
     return {
         "allocated_bytes.all.current": stats.allocated,
         "allocated_bytes.all.peak": stats.peak_allocated,
         "reserved_bytes.all.current": stats.reserved,
         "reserved_bytes.all.peak": stats.peak_reserved,
-        "inactive_split_bytes.all.current": sum(b.size for b in pooled),
+        "inactive_split_bytes.all.current": cached_bytes,
         "active.all.current": len(allocator.live),
-        "inactive_split.all.current": len(pooled),
+        "inactive_split.all.current": cached_blocks,
         "num_alloc_retries": stats.alloc_retries,
         "num_ooms": stats.ooms,
         "num_device_alloc": stats.vendor_mallocs,
@@ -334,11 +361,59 @@ def memory_stats(allocator: CachingAllocator) -> dict[str, int]:
     }
 
 
+def format_size(nbytes: int) -> str:
+    """Bytes as PyTorch's out-of-memory message writes them (KiB/MiB/GiB, two decimals)."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):.2f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def out_of_memory(allocator, size: int, cached_released: int, why: str) -> FLOutOfMemoryError:
+    """The out-of-memory error of both routes (this allocator's and the bridge's C++ one),
+    worded as CUDA's, with only the advice that applies.  `why`: "limit" (memory_fraction's
+    cap) or "vendor_oom" (the device has no free block large enough)."""
+    device = allocator.device
+    name = f"fl:{device.index}"
+    try:
+        free, total = device_memory_info(allocator)
+    except VendorError:
+        free, total = None, device.total_memory
+    stats = allocator.stats
+    capped = why == "limit" and device.memory_fraction < 1     # at 1 the cap is the device itself
+    text = [f"{name} out of memory. Tried to allocate {format_size(size)}.",
+            f"{name} has a total capacity of {format_size(total)}"
+            + (f" of which {format_size(free)} is free." if free is not None else "."),
+            f"Torch-FL holds {format_size(stats.reserved)}: {format_size(stats.allocated)} allocated by tensors, "
+            f"{format_size(stats.reserved - stats.allocated)} reserved but unallocated"
+            + (f" ({format_size(cached_released)} of cached blocks were given back before the retry)."
+               if cached_released else ".")]
+    if capped:
+        text.append(f"This process may use {format_size(device.memory_limit)} of it (memory_fraction "
+                    f"{device.memory_fraction:g}, from the config or torch.fl.set_per_process_memory_fraction).")
+    else:
+        text.append("The device has no free block large enough.")
+    advice = ["free tensors you no longer need (del, or let them go out of scope)", "use smaller batches"]
+    if capped:
+        advice.append("raise memory_fraction")
+    if not capped and free is not None and total and free < total - stats.reserved:
+        advice.append("other processes hold memory on this device: check them (torch-fl devices)")
+    text.append("To fit: " + ", or ".join(advice) + ".")
+    return FLOutOfMemoryError(" ".join(text))
+
+
+def unusable_block(device, call: str, problem: str) -> VendorError:
+    """The error for a block fl_malloc should never have returned (both routes)."""
+    return VendorError(call, abi.SUCCESS, "an unusable block",
+                       f"{problem}; Torch-FL refused the block rather than risk two tensors sharing memory or wrong "
+                       "values. The plugin's allocator is faulty: report it to its vendor", device.plugin.name)
+
+
 def _mib(nbytes: int) -> str:
     return f"{nbytes / (1 << 20):,.1f} MiB"
 
 
-def memory_summary(allocator: CachingAllocator) -> str:
+def memory_summary(allocator) -> str:
     """A readable table of one device's memory_stats (torch.cuda.memory_summary's role)."""
     figures = memory_stats(allocator)
     device = allocator.device
@@ -363,10 +438,10 @@ def memory_summary(allocator: CachingAllocator) -> str:
     return "\n".join(lines)
 
 
-def device_memory_info(allocator: CachingAllocator) -> tuple[int, int]:
+def device_memory_info(allocator) -> tuple[int, int]:
     """(free, total) bytes as the vendor reports them (fl_api.memory_info)."""
     free, total = ffi.new("uint64_t*"), ffi.new("uint64_t*")
     device = allocator.device
-    device.plugin.check(allocator._api.memory_info(device.local_index, free, total),
+    device.plugin.check(device.plugin.api.memory_info(device.local_index, free, total),
                         f"memory_info(device=fl:{device.index})")
     return int(free[0]), int(total[0])

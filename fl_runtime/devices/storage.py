@@ -258,17 +258,6 @@ _native_wrap = _native.wrap if _native is not None else None
 collect_freed = _native.collect if _native is not None else _nothing_to_collect
 
 
-def also_collect(collect) -> None:
-    """Make collect_freed() run `collect` too: the native bridge's device blocks, which PyTorch
-    frees through a DataPtr deleter of the same lock-free kind (bridge/csrc/freed_blocks.h)."""
-    global collect_freed
-    first = collect_freed
-
-    def both() -> int:
-        return first() + collect()
-    collect_freed = both
-
-
 def detach_deleters() -> int:
     """Set the deleter of every live fl tensor (and of any made later) to NULL, so that
     no tensor dying from now on enters Python; returns how many were live.  Called at

@@ -13,6 +13,7 @@ import types
 import torch
 
 from fl_runtime.devices import allocator as _memory
+from fl_runtime.devices import memory_history
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.devices.streams import Event as _Event
 from fl_runtime.devices.streams import Stream as _Stream
@@ -190,7 +191,7 @@ def _memory_api(rt, index_of) -> dict:
     def reset_peak_memory_stats(device=None) -> None:
         alloc = allocator(device)
         alloc.settle()
-        alloc.stats.reset_peaks()
+        alloc.stats.reset_peaks()       # the C++ counters with the bridge (native_allocator.py)
 
     def reset_accumulated_memory_stats(device=None) -> None:
         alloc = allocator(device)
@@ -212,7 +213,9 @@ def _memory_api(rt, index_of) -> dict:
         """Cap this process at fraction * total memory of a device (overrides the config)."""
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
             raise ValueError(f"set_per_process_memory_fraction: fraction must be in (0, 1], got {fraction!r}")
-        rt.device(index_of(device)).memory_fraction = float(fraction)
+        index = rt.device(index_of(device)).index
+        rt.devices[index].memory_fraction = float(fraction)
+        rt.allocators[index].limit_changed()
 
     def get_per_process_memory_fraction(device=None) -> float:
         return rt.device(index_of(device)).memory_fraction
@@ -227,7 +230,18 @@ def _memory_api(rt, index_of) -> dict:
             "reset_accumulated_memory_stats": reset_accumulated_memory_stats, "empty_cache": empty_cache,
             "memory_stats": memory_stats, "memory_summary": memory_summary,
             "set_per_process_memory_fraction": set_per_process_memory_fraction,
-            "get_per_process_memory_fraction": get_per_process_memory_fraction, "mem_get_info": mem_get_info}
+            "get_per_process_memory_fraction": get_per_process_memory_fraction, "mem_get_info": mem_get_info,
+            "memory": _history_module(rt, memory_stats, memory_allocated, memory_reserved, empty_cache,
+                                      mem_get_info)}
+
+
+def _history_module(rt, *functions) -> types.ModuleType:
+    """torch.fl.memory: the recorder and snapshots (devices/memory_history.py), with the memory
+    figures torch.cuda.memory also holds."""
+    module = memory_history.memory_module(rt)
+    for function in functions:
+        setattr(module, function.__name__, function)
+    return module
 
 
 def _amp() -> dict:

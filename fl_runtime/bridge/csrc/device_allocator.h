@@ -1,9 +1,9 @@
 // c10::DeviceAllocator for fl storages: PyTorch's C++ allocations on fl (UntypedStorage(n,
 // device="fl"), storage resizes, at::empty inside C++ kernels) and torch.accelerator's memory
-// figures.  Every block comes from the runtime's caching allocator of the current device
-// (fl_runtime/devices/allocator.py), so there is one pool, one set of statistics and one
-// out-of-memory policy whichever route allocated; a block PyTorch frees goes back through
-// freed_blocks.h.
+// figures.  Every block comes from the device's C++ caching allocator (caching_allocator.h),
+// which the Python runtime uses too (fl_runtime/devices/allocator.py NativeAllocator), so
+// there is one pool, one set of statistics and one out-of-memory policy whichever route
+// allocated.  Allocation, free and statistics take no GIL.
 #pragma once
 
 #include <c10/core/CachingDeviceAllocator.h>
@@ -27,7 +27,8 @@ class DeviceAllocator final : public c10::DeviceAllocator {
 
 DeviceAllocator& device_allocator();
 
-// A block of `nbytes` on fl:`device` (the current stream's), as a DataPtr.
+// A block of `nbytes` on fl:`device` for this thread's current stream of that device, as a
+// DataPtr; no GIL (but an error is raised through the runtime, with it).
 c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes);
 
 } // namespace fl_bridge

@@ -4,7 +4,7 @@
 //   current_device() / set_current_device(index)
 //   current_stream(index) / set_current_stream(index, stream_id)
 //                                      this thread's state (thread_state.h)
-//   collect() -> int / live() -> int   device blocks PyTorch freed (freed_blocks.h)
+//   install_allocators, alloc, free, ... the device allocators (memory_methods.h)
 //   default_generator(index) -> torch.Generator
 //   reserve(generator, numel) -> (seed, offset)
 //                                      counters for one random kernel (generator.h)
@@ -22,9 +22,9 @@
 
 #include "device_allocator.h"
 #include "device_guard.h"
-#include "freed_blocks.h"
 #include "generator.h"
 #include "hooks.h"
+#include "memory_methods.h"
 #include "host_allocator.h"
 #include "python_calls.h"
 #include "thread_state.h"
@@ -109,14 +109,6 @@ PyObject* set_current_stream_py(PyObject*, PyObject* const* args, Py_ssize_t nar
   END_HANDLE_TH_ERRORS
 }
 
-PyObject* collect(PyObject*, PyObject*) {
-  return PyLong_FromLongLong(collect_freed());
-}
-
-PyObject* live(PyObject*, PyObject*) {
-  return PyLong_FromLongLong(live_blocks());
-}
-
 PyObject* default_generator_py(PyObject*, PyObject* index) {
   HANDLE_TH_ERRORS
   c10::DeviceIndex device = 0;
@@ -159,8 +151,6 @@ PyMethodDef methods[] = {
     {"current_stream", current_stream_py, METH_O, "This thread's current stream id on fl:index."},
     {"set_current_stream", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(set_current_stream_py)),
      METH_FASTCALL, "set_current_stream(index, stream_id) -> the id it replaced"},
-    {"collect", collect, METH_NOARGS, "Release every device block PyTorch freed; returns how many."},
-    {"live", live, METH_NOARGS, "Device blocks handed to PyTorch and not yet collected."},
     {"default_generator", default_generator_py, METH_O, "The default torch.Generator of fl:index."},
     {"reserve", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(reserve)), METH_FASTCALL,
      "reserve(generator, numel) -> (seed, offset) for one random kernel"},
@@ -175,5 +165,9 @@ PyModuleDef module_def = {
 } // namespace
 
 PyMODINIT_FUNC PyInit__fl_bridge(void) {
-  return PyModule_Create(&module_def);
+  PyObject* module = PyModule_Create(&module_def);
+  if (module != nullptr && add_memory_methods(module) < 0) {
+    Py_CLEAR(module);
+  }
+  return module;
 }
