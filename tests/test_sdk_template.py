@@ -101,7 +101,7 @@ def test_new_renders_the_answers_and_a_registered_skeleton_per_op(acme):
     sources = {p.name: p.read_text() for p in (acme / "src").glob("*.c")}
     assert "TODO(vendor)" in kernels["unary.c"] and "return flk_unwritten(ctx);" in kernels["unary.c"]
     assert '.device_type = "acme-npu"' in sources["plugin.c"]
-    assert "#define DEVICE_ALIGNMENT 512u" in sources["device.c"]
+    assert "#define DEVICE_ALIGNMENT 512u" in sources["host_driver.c"]     # the host stand-in, one file
     assert subprocess.run(["git", "log", "--oneline"], cwd=acme, capture_output=True, text=True).stdout.strip()
 
 
