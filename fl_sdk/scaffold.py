@@ -71,6 +71,21 @@ def template_store() -> Path:
     return Path(os.environ.get(STORE_ENV) or Path.home() / ".cache" / "torch-fl" / "vendor-template")
 
 
+def _recorded(store: Path) -> str:
+    """The store as a project records it (copier's _src_path): under the user's home
+    as ~/..., so a committed .copier-answers.yml names no one machine's home directory
+    (copier expands ~ when it reads the store back)."""
+    try:
+        return "~/" + store.resolve().relative_to(Path.home().resolve()).as_posix()
+    except ValueError:
+        return str(store)
+
+
+def _store_of(answers: dict[str, Any]) -> Path | None:
+    source = answers.get("_src_path")
+    return Path(source).expanduser() if source else None
+
+
 def _git(args: list[str], cwd: Path, sdk_identity: bool = False) -> str:
     env = {**os.environ, **(_SDK_IDENTITY if sdk_identity else {})}
     result = subprocess.run(["git", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false", *args], cwd=cwd,
@@ -179,7 +194,7 @@ def new_project(name: str, destination: Path, answers: dict[str, Any] | None = N
     store, tag = publish_template(template_dir)
     data = {**(answers or {}), "project_name": name}
     try:
-        copier.run_copy(str(store), destination, data=data, vcs_ref=tag, defaults=defaults, unsafe=False,
+        copier.run_copy(_recorded(store), destination, data=data, vcs_ref=tag, defaults=defaults, unsafe=False,
                         quiet=True, cleanup_on_error=True)
     except _copier_errors() as exc:
         raise ScaffoldError(f"rendering the template into {destination} failed: {exc}") from None
@@ -214,7 +229,7 @@ def _check_updatable(directory: Path, answers: dict[str, Any]) -> None:
     if _git(["status", "--porcelain", "--", "."], directory).strip():
         raise UpdateError(f"{directory} has uncommitted changes: commit (or stash) them, then update, so the "
                           "update's changes can be reviewed with `git diff`")
-    source, commit = answers.get("_src_path"), answers.get("_commit")
+    source, commit = _store_of(answers), answers.get("_commit")
     if not source or not commit:
         raise UpdateError(f"{directory / ANSWERS_FILE} does not record the template it came from "
                           "(_src_path, _commit)")
@@ -232,10 +247,10 @@ def update_project(directory: Path, template_dir: Path = TEMPLATE_DIR, conflict:
 
     directory = Path(directory).resolve()
     answers = read_answers(directory)
-    store, tag = publish_template(template_dir, Path(answers["_src_path"]) if answers.get("_src_path") else None)
+    store, tag = publish_template(template_dir, _store_of(answers))
     _check_updatable(directory, answers)
     try:
-        with Worker(dst_path=directory, src_path=str(store), vcs_ref=tag, defaults=True, overwrite=True,
+        with Worker(dst_path=directory, src_path=_recorded(store), vcs_ref=tag, defaults=True, overwrite=True,
                     conflict=conflict, quiet=True, unsafe=False) as worker:
             worker.run_update()
     except _copier_errors() as exc:

@@ -105,7 +105,7 @@ def test_new_renders_the_answers_and_a_registered_skeleton_per_op(acme):
     sources = {p.name: p.read_text() for p in (acme / "src").glob("*.c")}
     assert "TODO(vendor)" in kernels["unary.c"] and "return flk_unwritten(ctx);" in kernels["unary.c"]
     assert '.device_type = "acme-npu"' in sources["plugin.c"]
-    assert "#define DEVICE_ALIGNMENT 512u" in sources["device.c"]
+    assert "#define DEVICE_ALIGNMENT 512u" in sources["host_driver.c"]     # the host stand-in, one file
     assert subprocess.run(["git", "log", "--oneline"], cwd=acme, capture_output=True, text=True).stdout.strip()
 
 
@@ -397,6 +397,26 @@ def test_a_plugin_inside_a_larger_repository_updates_beside_its_unrelated_work(s
     (project / "README.md").write_text("edited, not committed\n")       # the plugin's own folder: refused
     dirty = fl_sdk(sdk_env, "update", str(project), "--template", str(tmp_path / "template-next"))
     assert dirty.returncode == 2 and "uncommitted changes" in dirty.stderr
+
+
+def test_the_answers_file_names_a_store_under_home_by_tilde_and_updates_from_it(tmp_path):
+    """.copier-answers.yml is committed with the plugin: the default template store, under the
+    user's home, is recorded as ~/... rather than one machine's absolute home path (the OpenCL
+    plugin's KIT_NOTES 10), and `update` finds the store through it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {key: value for key, value in os.environ.items() if key != "TORCH_FL_TEMPLATE_STORE"}
+    env.update(PYTHONPATH=str(ROOT), HOME=str(home))
+    project = new_plugin(env, tmp_path, "tilde", "--ops", "neg")
+    recorded = "~/.cache/torch-fl/vendor-template"
+    assert yaml.safe_load((project / ".copier-answers.yml").read_text())["_src_path"] == recorded
+    version = changed_template(tmp_path / "template-next")
+
+    ok(fl_sdk(env, "update", str(project), "--template", str(tmp_path / "template-next")))
+
+    answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
+    assert answers["_src_path"] == recorded and answers["_commit"] == f"v{version}"
+    assert (project / "CHANGES.md").read_text() == "# tilde: template changes\n"
 
 
 def test_update_keeps_vendor_edits_and_brings_the_template_change(sdk_env, tmp_path):

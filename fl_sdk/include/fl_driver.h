@@ -28,6 +28,10 @@
  *  8. arguments structs and the lifecycle (ABI 1.2): the args-struct checks,
  *     counted plugin_initialize / plugin_teardown, and the _ex forms of
  *     stream_create and launch_kernel over a driver's own functions.
+ *  9. the entry point: the fl_api table filled from a driver's calls (the
+ *     lifecycle, the _ex forms, kernel_table and last_error_message added),
+ *     and fl_plugin_get_api's body, so a plugin's plugin.c names only what
+ *     is its own (its info, its extensions, the oldest runtime it serves).
  *
  * Nothing here is part of the ABI: the library is compiled into each plugin
  * and its symbols stay private to it, like the kernel library's.
@@ -169,6 +173,14 @@ typedef struct fld_memory {
 fl_status fld_check_range(const fld_memory *memory, int32_t device, fl_devptr base, uint64_t offset,
                           uint64_t size, const char *call, const char *what);
 
+/* The same check against a block the driver has already looked up (NULL: no
+ * live allocation of `device` holds base): for a driver whose fl_devptr is a
+ * handle to its own object (a buffer table slot, as the OpenCL plugin's), which
+ * reads the object and its block under one lock and then resolves
+ * [base + offset, + size) to (object, base - block->start + offset). */
+fl_status fld_check_in_block(const fld_block *block, int32_t device, fl_devptr base, uint64_t offset,
+                             uint64_t size, const char *call, const char *what);
+
 /* ======================================================================== */
 /* 6. tensors and launch arguments (tensors.c, launch_args.c)                */
 /* ======================================================================== */
@@ -268,6 +280,86 @@ fl_status fld_stream_create_ex(fl_stream_create_args *args, fl_status (*create)(
 fl_status fld_launch_kernel_ex(fl_launch_kernel_args *args,
                                fl_status (*launch)(fl_stream stream, const fl_kernel_entry *kernel,
                                                    const fl_arg *args, uint32_t nargs));
+
+/* ======================================================================== */
+/* 9. the entry point (entry.c)                                              */
+/* ======================================================================== */
+
+/* A plugin as its driver describes it.  `calls` holds the driver's fl_api
+ * functions (FLD_DRIVER_CALLS fills them by name) and, optionally,
+ * kernel_table (NULL: fld_kernel_table) and extension_start; the library sets
+ * the rest of the table: struct_size, abi_version, info, last_error_message,
+ * and plugin_initialize / plugin_teardown / stream_create_ex /
+ * launch_kernel_ex over `open`, `close` and calls.stream_create /
+ * calls.launch_kernel (section 8).  `open` runs on the first
+ * plugin_initialize, `close` on the last plugin_teardown; either may be NULL.
+ * min_runtime_minor: the oldest ABI 1.x runtime the plugin serves (section 2;
+ * a driver opened only in plugin_initialize needs 2). */
+typedef struct fld_plugin {
+    fl_plugin_info info;
+    uint32_t min_runtime_minor;
+    fld_setup_fn open;
+    fld_release_fn close;
+    fl_api calls;
+} fld_plugin;
+
+/* The body of a plugin's one exported symbol:
+ *
+ *     __attribute__((visibility("default")))
+ *     fl_status fl_plugin_get_api(const fl_abi_version *requested, const fl_api **out) {
+ *         return fld_plugin_get_api(&plg_plugin, requested, out);
+ *     }
+ *
+ * The table is filled from `plugin` on the first call (one plugin per shared
+ * library: later calls must pass the same one) and lives as long as the
+ * process; negotiation is fld_negotiate's, naming info.plugin_name. */
+fl_status fld_plugin_get_api(const fld_plugin *plugin, const fl_abi_version *requested, const fl_api **out);
+
+/* The driver's fl_api calls, for fld_plugin.calls, from functions named
+ * PREFIX_device_count, PREFIX_malloc, ... (FLD_DECLARE_DRIVER_CALLS declares
+ * them): .calls = {FLD_DRIVER_CALLS(plg), .extension_start = ...}. */
+#define FLD_DRIVER_CALLS(p)                                                                              \
+    .device_count = p##_device_count, .device_properties = p##_device_properties,                       \
+    .fl_malloc = p##_malloc, .fl_free = p##_free, .memory_info = p##_memory_info,                        \
+    .memcpy_h2d_async = p##_memcpy_h2d_async, .memcpy_d2h_async = p##_memcpy_d2h_async,                   \
+    .memcpy_d2d_async = p##_memcpy_d2d_async, .memset_async = p##_memset_async,                           \
+    .stream_create = p##_stream_create, .stream_destroy = p##_stream_destroy,                             \
+    .stream_synchronize = p##_stream_synchronize, .stream_query = p##_stream_query,                       \
+    .stream_wait_event = p##_stream_wait_event, .event_create = p##_event_create,                         \
+    .event_destroy = p##_event_destroy, .event_record = p##_event_record,                                 \
+    .event_synchronize = p##_event_synchronize, .event_query = p##_event_query,                           \
+    .event_elapsed_ms = p##_event_elapsed_ms, .launch_kernel = p##_launch_kernel
+
+/* The prototypes of the functions FLD_DRIVER_CALLS names (fl_abi.h "fl_api"
+ * documents each call). */
+#define FLD_DECLARE_DRIVER_CALLS(p)                                                                      \
+    fl_status p##_device_count(int32_t *count);                                                          \
+    fl_status p##_device_properties(int32_t device, fl_device_properties *props);                        \
+    fl_status p##_malloc(int32_t device, uint64_t size, uint64_t alignment, fl_devptr *out);             \
+    fl_status p##_free(int32_t device, fl_devptr ptr);                                                   \
+    fl_status p##_memory_info(int32_t device, uint64_t *free_bytes, uint64_t *total_bytes);              \
+    fl_status p##_memcpy_h2d_async(fl_stream stream, fl_devptr dst, uint64_t dst_offset, const void *src, \
+                                   uint64_t size);                                                       \
+    fl_status p##_memcpy_d2h_async(fl_stream stream, void *dst, fl_devptr src, uint64_t src_offset,      \
+                                   uint64_t size);                                                       \
+    fl_status p##_memcpy_d2d_async(fl_stream stream, int32_t dst_device, fl_devptr dst,                  \
+                                   uint64_t dst_offset, int32_t src_device, fl_devptr src,               \
+                                   uint64_t src_offset, uint64_t size);                                  \
+    fl_status p##_memset_async(fl_stream stream, fl_devptr dst, uint64_t dst_offset, uint8_t value,      \
+                               uint64_t size);                                                           \
+    fl_status p##_stream_create(int32_t device, fl_stream *out);                                         \
+    fl_status p##_stream_destroy(fl_stream stream);                                                      \
+    fl_status p##_stream_synchronize(fl_stream stream);                                                  \
+    fl_status p##_stream_query(fl_stream stream);                                                        \
+    fl_status p##_stream_wait_event(fl_stream stream, fl_event event);                                   \
+    fl_status p##_event_create(int32_t device, fl_event *out);                                           \
+    fl_status p##_event_destroy(fl_event event);                                                         \
+    fl_status p##_event_record(fl_event event, fl_stream stream);                                        \
+    fl_status p##_event_synchronize(fl_event event);                                                     \
+    fl_status p##_event_query(fl_event event);                                                           \
+    fl_status p##_event_elapsed_ms(fl_event start, fl_event end, float *ms);                             \
+    fl_status p##_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel, const fl_arg *args,     \
+                                uint32_t nargs)
 
 #pragma GCC visibility pop
 

@@ -2,7 +2,8 @@
 // docs/users/native-bridge.md "Threads").  With the bridge this is the runtime's one copy of
 // that state: PyTorch's device guard reads it without the GIL (the autograd engine asks for
 // the current stream of every tensor an op records), and the Python runtime reads it through
-// the module's current_device()/current_stream() (fl_runtime/bridge/thread_state.py).
+// the module's current_device()/current_stream() (Runtime.use_native_thread_state,
+// fl_runtime/runtime.py).
 #pragma once
 
 #include <c10/core/Device.h>

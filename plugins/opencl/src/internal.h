@@ -14,10 +14,9 @@
  * LAYERS.  Each file calls only the files listed below it, so there is no
  * call circle:
  *
- *   plugin.c    entry point, the fl_api table, plugin info           (top)
- *   host_memory.c  pinned host memory (ABI 1.2): skeletons, off until written
+ *   plugin.c    plugin info and the driver's calls for the driver
+ *               library's entry point (fl_driver.h section 9)        (top)
  *   launch.c    the kernel table handed to the runtime, launch_kernel
- *   collective.c  the collectives extension (ABI 1.1): skeletons, off until written
  *   enqueue.c   what kernels call (clk.h): build one NDRange launch and enqueue it
  *   program.c   OpenCL programs: built once per (device, family, dtype), cached on disk
  *   event.c     events (OpenCL markers), event_record and stream_wait_event
@@ -46,7 +45,6 @@
 
 #include "clk.h"
 #include "fl_driver.h"
-#include "fl_host_memory.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -206,53 +204,17 @@ void plg_enqueue_bind(fl_stream stream);
 
 /* ---- the fl_api functions ---------------------------------------------------- */
 
-fl_status plg_device_count(int32_t *count);
-fl_status plg_device_properties(int32_t device, fl_device_properties *props);
+/* plg_device_count ... plg_launch_kernel: the calls plugin.c hands the driver
+ * library's entry point (fl_driver.h section 9), in the files above. */
+FLD_DECLARE_DRIVER_CALLS(plg);
 
-fl_status plg_malloc(int32_t device, uint64_t size, uint64_t alignment, fl_devptr *out);
-fl_status plg_free(int32_t device, fl_devptr ptr);
-fl_status plg_memory_info(int32_t device, uint64_t *free_bytes, uint64_t *total_bytes);
-fl_status plg_memcpy_h2d_async(fl_stream stream, fl_devptr dst, uint64_t dst_offset, const void *src,
-                               uint64_t size);
-fl_status plg_memcpy_d2h_async(fl_stream stream, void *dst, fl_devptr src, uint64_t src_offset, uint64_t size);
-fl_status plg_memcpy_d2d_async(fl_stream stream, int32_t dst_device, fl_devptr dst, uint64_t dst_offset,
-                               int32_t src_device, fl_devptr src, uint64_t src_offset, uint64_t size);
-fl_status plg_memset_async(fl_stream stream, fl_devptr dst, uint64_t dst_offset, uint8_t value, uint64_t size);
-
-fl_status plg_stream_create(int32_t device, fl_stream *out);
-fl_status plg_stream_destroy(fl_stream stream);
-fl_status plg_stream_synchronize(fl_stream stream);
-fl_status plg_stream_query(fl_stream stream);
-
-fl_status plg_event_create(int32_t device, fl_event *out);
-fl_status plg_event_destroy(fl_event event);
-fl_status plg_event_record(fl_event event, fl_stream stream);
-fl_status plg_event_synchronize(fl_event event);
-fl_status plg_event_query(fl_event event);
-fl_status plg_event_elapsed_ms(fl_event start, fl_event end, float *ms);
-fl_status plg_stream_wait_event(fl_stream stream, fl_event event);
-
-/* The collectives extension (collective.c): skeletons declining with
- * FL_ERROR_NOT_SUPPORTED.  TODO(vendor): set PLG_COLLECTIVES_READY to 1 once
- * they are written; until then the fl_api table does not offer them, distributed
- * jobs stage this plugin's tensors through the host, and the suite says
- * not_supported. */
-#ifndef PLG_COLLECTIVES_READY
-#define PLG_COLLECTIVES_READY 0
-#endif
-extern const fl_collectives_extension plg_collectives;
-
-/* The pinned host-memory extension (host_memory.c): skeletons.  TODO(vendor):
- * set PLG_HOST_MEMORY_READY to 1 once they are written; until then the fl_api
- * table does not offer it and the runtime stages pinned tensors' copies. */
-#ifndef PLG_HOST_MEMORY_READY
-#define PLG_HOST_MEMORY_READY 0
-#endif
-extern const fl_host_memory_extension plg_host_memory;
+/* The pinned host-memory and collectives extensions are not offered: the
+ * runtime stages pinned tensors' copies and runs distributed jobs host-staged
+ * (KIT_NOTES.md).  Writing either means an fl_host_memory_extension /
+ * fl_collectives_extension here and its address as the table's
+ * extension_start (plugin.c). */
 
 fl_status plg_kernel_table(const fl_kernel_entry **entries, uint32_t *count);
-fl_status plg_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel, const fl_arg *args,
-                            uint32_t nargs);
 
 #pragma GCC visibility pop
 

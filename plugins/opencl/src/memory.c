@@ -175,14 +175,9 @@ fl_status plg_mem_resolve(int32_t device, fl_devptr base, uint64_t offset, uint6
     if (base != 0 && slot < g_nslots)
         buffer = g_slots[slot];
     pthread_mutex_unlock(&g_lock);
-    if (!buffer.mem || buffer.device != device || inner >= buffer.size)
-        return fld_fail(FL_ERROR_INVALID_POINTER, "%s: 0x%llx is not inside a live allocation of %s", call,
-                        (unsigned long long)base, plg_device_label(device));
-    uint64_t room = buffer.size - inner;
-    if (offset > room || size > room - offset)
-        return fld_fail(FL_ERROR_INVALID_VALUE, "%s: [offset %llu, +%llu) overruns the %llu-byte allocation", call,
-                        (unsigned long long)(inner + offset), (unsigned long long)size,
-                        (unsigned long long)buffer.size);
+    int live = buffer.mem && buffer.device == device && inner < buffer.size;
+    fld_block block = {base - inner, buffer.size};
+    FLK_TRY(fld_check_in_block(live ? &block : NULL, device, base, offset, size, call, "address"));
     *mem = buffer.mem;
     *byte_offset = inner + offset;
     return FL_SUCCESS;

@@ -1,6 +1,6 @@
 /*
  * collective.c -- collectives (fl_abi.h, "collectives", ABI 1.1): skeletons.
- * Calls error.c only (internal.h lists the layers).
+ * Calls nothing but the driver library (internal.h lists the layers).
  *
  * Every function declines with FL_ERROR_NOT_SUPPORTED until you write it, and
  * the extension is not chained into the fl_api table while PLG_COLLECTIVES_READY

@@ -1,6 +1,7 @@
 /*
  * host_memory.c -- the pinned host-memory extension (fl_host_memory.h, ABI
- * 1.2): skeletons.  Calls device.c only (internal.h lists the layers).
+ * 1.2): skeletons.  Calls nothing but the driver library (internal.h lists the
+ * layers).
  *
  * Page-locked host memory lets memcpy_h2d_async / memcpy_d2h_async run truly
  * asynchronously (the chip's DMA engine reads the block when the stream gets

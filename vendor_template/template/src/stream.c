@@ -1,15 +1,10 @@
 /*
  * stream.c -- streams.
  *
- * Out of the box a stream runs each piece of work when it is enqueued, on the
- * calling thread: FIFO order holds trivially, so is every event's "everything
- * before the record is done", and synchronize/query have nothing to wait for.
- *
- * TODO(vendor): create the chip's queue in stream_create and make the *_async
- * calls, event records/waits (event.c) and kernel launches (launch.c) enqueue
- * on it.  Errors of asynchronous work must then become sticky on the stream
- * and be returned, once, by the next stream_synchronize / stream_query (see
- * fl_abi.h, "ERRORS").
+ * The table of live streams, over the chip's queues (host_driver.c).  A
+ * stream is checked by lookup before it is dereferenced (fl_driver.h
+ * section 4); synchronize and query return, once, an error of asynchronous
+ * work the chip kept (fl_abi.h, "ERRORS").
  */
 #include "internal.h"
 
@@ -30,8 +25,14 @@ fl_status plg_stream_create(int32_t device, fl_stream *out) {
     if (!stream)
         return fld_fail(FL_ERROR_OUT_OF_MEMORY, "stream_create(device=%d): out of host memory", device);
     stream->device = device;
-    fl_status status = fld_handle_add(&g_streams, stream, "stream_create");
+    fl_status status = plg_chip_stream_open(stream);
     if (status != FL_SUCCESS) {
+        free(stream);
+        return status;
+    }
+    status = fld_handle_add(&g_streams, stream, "stream_create");
+    if (status != FL_SUCCESS) {
+        plg_chip_stream_close(stream);
         free(stream);
         return status;
     }
@@ -40,12 +41,18 @@ fl_status plg_stream_create(int32_t device, fl_stream *out) {
 }
 
 fl_status plg_stream_destroy(fl_stream stream) {
-    fl_status status = fld_handle_remove(&g_streams, stream, "stream", "stream_destroy");
-    if (status == FL_SUCCESS)
-        free(stream);
-    return status;
+    FLK_TRY(fld_handle_remove(&g_streams, stream, "stream", "stream_destroy"));
+    plg_chip_stream_close(stream);
+    free(stream);
+    return FL_SUCCESS;
 }
 
-fl_status plg_stream_synchronize(fl_stream stream) { return plg_stream_check(stream, "stream_synchronize"); }
+fl_status plg_stream_synchronize(fl_stream stream) {
+    FLK_TRY(plg_stream_check(stream, "stream_synchronize"));
+    return plg_chip_stream_wait(stream);
+}
 
-fl_status plg_stream_query(fl_stream stream) { return plg_stream_check(stream, "stream_query"); }
+fl_status plg_stream_query(fl_stream stream) {
+    FLK_TRY(plg_stream_check(stream, "stream_query"));
+    return plg_chip_stream_poll(stream);
+}
