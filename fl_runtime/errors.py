@@ -160,6 +160,15 @@ class FLSharingError(FLError):
             "fl in the receiving process")
 
 
+class FLGraphCaptureError(FLError):
+    """A graph capture (torch.accelerator.Graph on fl) met something a replay could not
+    repeat, or a capture call out of order (docs/users/graph-capture.md)."""
+
+    def __init__(self, op: str, why: str) -> None:
+        super().__init__(f"graph capture on fl: {op}: {why}")
+        self.op = op
+
+
 class FLCompileError(FLError):
     """torch.compile's Inductor produced something fl cannot run (docs/users/compile.md)."""
 

@@ -24,6 +24,7 @@
 #include "device_guard.h"
 #include "freed_blocks.h"
 #include "generator.h"
+#include "graph.h"
 #include "hooks.h"
 #include "host_allocator.h"
 #include "python_calls.h"
@@ -63,6 +64,7 @@ PyObject* install(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     c10::impl::DeviceGuardImplRegistrar guard_registrar(kFl, &device_guard());
     c10::SetAllocator(kFl, &device_allocator(), kPriority);
     at::setHostAllocator(kFl, &host_allocator(), kPriority);
+    register_graph_impl();
     first = true;
   });
   return PyBool_FromLong(first);
