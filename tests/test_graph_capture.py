@@ -182,3 +182,13 @@ def test_debug_dump_lists_the_launches(tmp_path):
     graph.debug_dump(str(tmp_path / "g.txt"))
     lines = (tmp_path / "g.txt").read_text().splitlines()
     assert [line.split("\t")[2] for line in lines] == ["aten::mul.Tensor", "aten::add_.Tensor"]
+
+
+def test_an_op_that_runs_without_a_recordable_launch_fails_the_capture(monkeypatch):
+    """A path that launched past the capture's hooks (here: hooks that record nothing) would
+    leave the replay without that op: the capture fails instead of replaying wrong results."""
+    monkeypatch.setattr(graph_capture.CapturedGraph, "_recorder", lambda self, original: original)
+    x = torch.ones(4, device="fl")
+    with pytest.raises(FLGraphCaptureError, match=r"aten::mul.Tensor.*without a launch the capture could record"):
+        with torch.Stream(device="fl"), torch.accelerator.Graph():
+            x * 2

@@ -209,7 +209,8 @@ class _CaptureGuard(TorchDispatchMode):
         tensors = [x for x in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
         target = kwargs.get("device")
         target = torch.device(target).type if target is not None else None
-        if target == DEVICE_TYPE or any(t.device.type == DEVICE_TYPE for t in tensors):
+        on_fl = target == DEVICE_TYPE or any(t.device.type == DEVICE_TYPE for t in tensors)
+        if on_fl:
             if func in _SYNCING:
                 raise self.graph.refuse(name, "reads a device value on the host (a synchronising call)")
             host = [t for t in tensors if t.device.type != DEVICE_TYPE]
@@ -218,10 +219,43 @@ class _CaptureGuard(TorchDispatchMode):
             if torch.Tag.nondeterministic_seeded in func.tags:
                 raise self.graph.refuse(name, "draws random numbers (a replay would draw the same ones again)")
         previous, self.graph.current_op = self.graph.current_op, name
+        recorded = len(self.graph.steps)
         try:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
         finally:
             self.graph.current_op = previous
+        if on_fl and len(self.graph.steps) == recorded and self._on_capturing_stream(tensors) \
+                and not _records_nothing(func, tensors, out):
+            # it computed without a recorded launch (a path that bypassed the capture's hooks):
+            # a replay would skip it, silently
+            raise self.graph.refuse(name, "ran on the device without a launch the capture could record")
+        return out
+
+
+    def _on_capturing_stream(self, tensors: list) -> bool:
+        graph = self.graph
+        devices = {t.device.index for t in tensors if t.device.type == DEVICE_TYPE}
+        if devices and devices != {graph.device_index}:
+            return False
+        return process.start().streams.current(graph.device_index).key == graph.stream_key
+
+
+_NO_DATA = frozenset({torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default,
+                      torch.ops.aten.empty_like.default, torch.ops.aten.new_empty.default,
+                      torch.ops.aten.new_empty_strided.default, torch.ops.aten.detach.default,
+                      torch.ops.aten.alias.default, torch.ops.aten.lift_fresh.default,
+                      torch.ops.aten.resize_.default, torch.ops.aten.set_.source_Storage_storage_offset,
+                      torch.ops.aten.set_.source_Storage, torch.ops.aten.set_.source_Tensor,
+                      torch.ops.aten._has_compatible_shallow_copy_type.default})
+
+
+def _records_nothing(func, tensors: list, out) -> bool:
+    """Whether a call may rightly record no launch: a view or metadata op, an allocation,
+    or one whose tensors hold no element."""
+    if func in _NO_DATA or getattr(func, "is_view", False) or torch.Tag.inplace_view in func.tags:
+        return True
+    results = [x for x in torch.utils._pytree.tree_leaves(out) if isinstance(x, torch.Tensor)]
+    return all(t.numel() == 0 for t in (*tensors, *results)) or (not results and not tensors)
 
 
 class _CapturingApi:
