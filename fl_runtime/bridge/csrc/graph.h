@@ -24,8 +24,10 @@ class Graph final : public at::GraphImplInterface {
   void replay() override;
   void reset() override;
   at::MempoolId_t pool() const override;
-  void enable_debug_mode() override;
-  void debug_dump(const std::string& path) override;
+  // Declared by 2.13's interface, absent from earlier development snapshots: without
+  // `override` these compile against both (and override where the base declares them).
+  virtual void enable_debug_mode();
+  virtual void debug_dump(const std::string& path);
 
  private:
   PyObject* graph_;      // a strong reference to the CapturedGraph
