@@ -192,3 +192,27 @@ def test_an_op_that_runs_without_a_recordable_launch_fails_the_capture(monkeypat
     with pytest.raises(FLGraphCaptureError, match=r"aten::mul.Tensor.*without a launch the capture could record"):
         with torch.Stream(device="fl"), torch.accelerator.Graph():
             x * 2
+
+
+def test_a_training_step_backward_included_replays_like_eager():
+    """backward() inside the capture: the autograd engine's launches run on the capturing
+    stream (its device thread), so they are recorded too."""
+    model = _model()
+    reference = _model().cpu()
+    x = torch.randn(4, 8, device="fl")
+    side = torch.Stream(device="fl")
+    with side:
+        model(x).sum().backward()               # warm-up: the grads exist
+    graph = torch.accelerator.Graph()
+    with side, graph:
+        for p in model.parameters():
+            p.grad.zero_()
+        model(x).sum().backward()
+    for _ in range(2):
+        batch = torch.randn(4, 8)
+        x.copy_(batch)
+        graph.replay()
+        reference.zero_grad()
+        reference(batch).sum().backward()
+        for ours, theirs in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(ours.grad.cpu(), theirs.grad)
