@@ -165,13 +165,24 @@ class FLBadForkError(FLError):
 
 
 class FLSharingError(FLError):
-    """An fl tensor or storage sent to another process (the ABI has no IPC memory)."""
+    """An fl tensor or storage that cannot be sent to another process: its plugin has no
+    inter-process memory (fl_ipc.h), or it was itself received from one (docs/users/ipc.md)."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, reason: str | None = None) -> None:
+        reason = reason or "its plugin has no inter-process device memory"
         super().__init__(
-            f"cannot send {what} to another process: the Torch-FL ABI has no inter-process device memory. "
+            f"cannot send {what} to another process: {reason}. "
             "Send a CPU copy instead (t.cpu(), which multiprocessing shares without copying) and move it to "
             "fl in the receiving process")
+
+
+class FLGraphCaptureError(FLError):
+    """A graph capture (torch.accelerator.Graph on fl) met something a replay could not
+    repeat, or a capture call out of order (docs/users/graph-capture.md)."""
+
+    def __init__(self, op: str, why: str) -> None:
+        super().__init__(f"graph capture on fl: {op}: {why}")
+        self.op = op
 
 
 class FLCompileError(FLError):

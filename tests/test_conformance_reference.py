@@ -18,6 +18,7 @@ import pytest
 import xmlschema
 
 from conformance import CATEGORIES
+from fl_runtime import abi
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_LIBRARY = ROOT / "reference_vendor" / "libfl_reference.so"
@@ -105,7 +106,7 @@ def test_json_report_header_and_records(ci_run):
     _, report, _ = ci_run
     assert report["suite_version"] and report["profile"]["name"] == "ci" and report["seed"] == 0
     plugin = report["plugin"]
-    assert plugin["name"] == "reference" and plugin["abi_version"] == "1.2"
+    assert plugin["name"] == "reference" and plugin["abi_version"] == f"1.{abi.ABI_MINOR}"
     assert plugin["path"] == str(REFERENCE_LIBRARY.resolve()) and plugin["devices"][0]["alignment"] > 0
     kernels = [t for t in report["tests"] if t["category"] == "kernels"]
     for record in kernels:

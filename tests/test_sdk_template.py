@@ -611,7 +611,7 @@ def test_a_scaffolded_1_2_plugin_is_refused_by_a_1_1_runtime_with_a_clear_messag
     from fl_runtime.plugins.loader import _LEVELS
     lib = ffi.dlopen(str(library(acme)))
     message = _refusal_by(table_checks, replace(_LEVELS, minor=1), lib)
-    assert message.startswith("refuses ABI 1.1; it speaks ABI 1.2: ") and "acme" in message, message
+    assert message.startswith(f"refuses ABI 1.1; it speaks ABI 1.{_LEVELS.minor}: ") and "acme" in message, message
     assert "needs a runtime that speaks ABI 1.2 or later" in message and "upgrade Torch-FL" in message, message
     api = table_checks.negotiate(ffi, _LEVELS, getattr(lib, "fl_plugin_get_api"))
     table_checks.initialize(ffi, _LEVELS, api)

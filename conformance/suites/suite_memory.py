@@ -28,6 +28,8 @@ from fl_runtime.plugins.extensions import host_memory_of
 from conformance import statuses
 from conformance.harness import STATUS, status_name, text
 from conformance.stream_probes import CHUNK, PROBE_BYTES, measure_busy
+# The IPC extension's checks (fl_ipc.h), collected in this category
+from conformance.ipc_checks import *  # noqa: F401,F403
 
 CATEGORY = "memory"
 

@@ -75,6 +75,8 @@ ARG_STRING = _consts.FL_ARG_STRING
 EXTENSION_COLLECTIVES: int = _consts.FL_EXTENSION_COLLECTIVES
 # ABI 1.2: pinned host memory (fl_host_memory.h)
 EXTENSION_HOST_MEMORY: int = _consts.FL_EXTENSION_HOST_MEMORY
+# ABI 1.3: inter-process device memory (fl_ipc.h)
+EXTENSION_IPC: int = _consts.FL_EXTENSION_IPC
 REDUCE_OPS: dict[str, int] = {name: getattr(_consts, f"FL_REDUCE_{name.upper()}")
                               for name in ("sum", "prod", "min", "max", "avg")}
 COMM_UNIQUE_ID_BYTES: int = _consts.FL_COMM_UNIQUE_ID_BYTES

@@ -26,7 +26,7 @@ def make_device_module(rt) -> types.ModuleType:
     mod = types.ModuleType("torch.fl", "Torch-FL devices (fl:N), the torch.cuda of Torch-FL.")
     index_of = _indexer(rt)
     for group in (_devices(rt, index_of), _random(rt, index_of), _streams(rt, index_of),
-                  _memory_api(rt, index_of), _amp()):
+                  _memory_api(rt, index_of), _amp(), _graphs_and_sharing()):
         for name, value in group.items():
             setattr(mod, name, value)
     mod._utils = types.SimpleNamespace(_get_device_index=lambda device, optional=False: index_of(device))
@@ -242,6 +242,17 @@ def _history_module(rt, *functions) -> types.ModuleType:
     for function in functions:
         setattr(module, function.__name__, function)
     return module
+
+
+def _graphs_and_sharing() -> dict:
+    """torch.cuda's graph-pool and IPC calls (ops/graph_capture.py, integration/ipc.py)."""
+    from fl_runtime.integration import ipc
+    from fl_runtime.ops import graph_capture
+
+    def is_current_stream_capturing() -> bool:
+        return graph_capture.capture_status(torch.accelerator.current_device_index())
+    return {"ipc_collect": ipc.collect, "graph_pool_handle": graph_capture.graph_pool_handle,
+            "is_current_stream_capturing": is_current_stream_capturing}
 
 
 def _amp() -> dict:

@@ -25,6 +25,7 @@ Imported only once `torch._inductor.compile_fx` has been (torch_compile.py).
 """
 from __future__ import annotations
 
+import uuid
 from contextvars import ContextVar
 
 from torch._inductor import config
@@ -55,14 +56,39 @@ def restore_fusion() -> None:
         _turned_on.set(False)
 
 
+# Did our pass set Inductor's cudagraph_policy (reduce-overhead: reduce_overhead.py)?
+_policy_set: ContextVar[bool] = ContextVar("torch_fl_inductor_policy_set", default=False)
+
+
+def _replay_graphs_if_asked() -> None:
+    """mode="reduce-overhead" on an fl graph: fl's graph policy replaces cudagraph trees
+    (reduce_overhead.py) for this compile; its wrap_output gives the setting back."""
+    if config.triton.cudagraphs and config.cudagraph_policy is None:
+        from fl_runtime.integration.reduce_overhead import FLGraphPolicy
+        config.cudagraph_policy = FLGraphPolicy(restore_graph_policy)
+        _policy_set.set(True)
+
+
+def restore_graph_policy() -> None:
+    if _policy_set.get():
+        config.cudagraph_policy = None
+        _policy_set.set(False)
+
+
 class EveryOpAsATenCall(CustomGraphModulePass):
     """Inductor's custom post-grad pass for fl graphs: the graph is left as it is;
-    its lowering makes every node an ATen call (module docstring)."""
+    its lowering makes every node an ATen call (module docstring), and under
+    reduce-overhead the compiled graph is replayed (reduce_overhead.py)."""
 
     def __call__(self, gm) -> None:
         _every_op_as_aten_call()
+        _replay_graphs_if_asked()
 
     def uuid(self) -> str:
+        if config.triton.cudagraphs:
+            # reduce-overhead: a graph loaded from Inductor's caches would skip this pass and
+            # with it the policy that replays it, so these compiles never hit the caches
+            return f"torch_fl.inductor.every_op_as_aten_call.v1.uncached.{uuid.uuid4().hex}"
         return "torch_fl.inductor.every_op_as_aten_call.v1"
 
 

@@ -60,6 +60,7 @@ def register(library: torch.library.Library, rt, resizable_storage: bool = False
     library.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
     library.impl("resize_", resize_, "PrivateUse1")
     library.impl("set_.source_Storage_storage_offset", set_storage, "PrivateUse1")
+    library.impl("_has_compatible_shallow_copy_type", _both_dense, "PrivateUse1")
     for name in ("set_.source_Storage", "set_.source_Tensor", "set_"):
         library.impl(name, _redispatch_to_cpu(name), "PrivateUse1")
 
@@ -78,3 +79,9 @@ def _set_metadata(tensor, storage, offset, size, stride):
     return torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
         _CPU_KEYSET, tensor, storage, offset, size, stride)
 
+
+def _both_dense(self: torch.Tensor, source: torch.Tensor) -> bool:
+    """`x.data = y` between an fl and a CPU tensor: PyTorch's check (TensorImpl::
+    has_compatible_shallow_copy_type) counts only its in-tree backends as dense; an fl tensor
+    is as dense as theirs (OpenReg registers this kernel for the same reason)."""
+    return self.layout == torch.strided and source.layout == torch.strided

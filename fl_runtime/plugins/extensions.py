@@ -8,7 +8,9 @@ set read and cached on it:
     host only (fl_comm_reach);
   - pinned host memory (ABI 1.2, fl_host_memory.h): `host_memory_of(plugin)`, also
     `plugin.host_memory`: page-locked host blocks whose copies may run truly
-    asynchronously.
+    asynchronously;
+  - inter-process memory (ABI 1.3, fl_ipc.h): `ipc_of(plugin)`: device allocations
+    exported as handles another process opens (integration/ipc.py).
 """
 from __future__ import annotations
 
@@ -79,6 +81,38 @@ class HostMemory:
         self._plugin.check(self.table.host_free(args), f"host_free(0x{address:x})")
 
 
+class Ipc:
+    """A plugin's inter-process memory extension (fl_ipc.h): export a device allocation
+    as a handle, open another process's handle, close it.  Devices are the plugin's own
+    indices (DeviceInfo.local_index).  VendorError with the plugin's message on failure."""
+
+    HANDLE_BYTES = 64
+
+    def __init__(self, plugin, table) -> None:
+        self._plugin = plugin
+        self.table = table         # fl_ipc_extension*
+
+    def get_handle(self, device: int, ptr: int) -> tuple[bytes, int, int]:
+        """(handle, offset of ptr in its allocation, the allocation's bytes)."""
+        args = ffi.new("fl_ipc_get_handle_args*", {"struct_size": ffi.sizeof("fl_ipc_get_handle_args"),
+                                                   "device": device, "ptr": ptr})
+        self._plugin.check(self.table.ipc_get_handle(args), f"ipc_get_handle(device={device}, ptr=0x{ptr:x})")
+        return bytes(ffi.buffer(args.handle.bytes)), int(args.offset), int(args.size)
+
+    def open(self, device: int, handle: bytes) -> tuple[int, int]:
+        """(the allocation's start in this process, its bytes)."""
+        args = ffi.new("fl_ipc_open_handle_args*", {"struct_size": ffi.sizeof("fl_ipc_open_handle_args"),
+                                                    "device": device})
+        ffi.memmove(args.handle.bytes, handle, min(len(handle), self.HANDLE_BYTES))
+        self._plugin.check(self.table.ipc_open_handle(args), f"ipc_open_handle(device={device})")
+        return int(args.ptr), int(args.size)
+
+    def close(self, device: int, ptr: int) -> None:
+        args = ffi.new("fl_ipc_close_handle_args*", {"struct_size": ffi.sizeof("fl_ipc_close_handle_args"),
+                                                     "device": device, "ptr": ptr})
+        self._plugin.check(self.table.ipc_close_handle(args), f"ipc_close_handle(device={device}, ptr=0x{ptr:x})")
+
+
 def collectives_of(plugin) -> Collectives | None:
     """The plugin's collectives, or None when it offers none (a 1.0 table, no such extension)."""
     return _cached(plugin, "_fl_collectives", _read_collectives)
@@ -88,6 +122,12 @@ def host_memory_of(plugin) -> HostMemory | None:
     """The plugin's pinned host memory, or None when it offers none (a table before 1.2, or
     no such extension: the runtime then stages copies through memory of its own)."""
     return _cached(plugin, "_fl_host_memory", _read_host_memory)
+
+
+def ipc_of(plugin) -> Ipc | None:
+    """The plugin's inter-process memory, or None when it offers none (a table before 1.3,
+    or no such extension: fl tensors then cannot be sent to other processes)."""
+    return _cached(plugin, "_fl_ipc", _read_ipc)
 
 
 def _cached(plugin, attribute: str, read):
@@ -150,3 +190,15 @@ def _read_host_memory(plugin) -> HostMemory | None:
         raise PluginLoadError(plugin.name, f"its host-memory extension ({ext.base.struct_size} bytes) lacks "
                               "host_alloc or host_free; fl_host_memory.h requires both whenever it is present")
     return HostMemory(plugin, ext)
+
+
+def _read_ipc(plugin) -> Ipc | None:
+    entry = _entry(plugin, abi.EXTENSION_IPC)
+    if entry == ffi.NULL:
+        return None
+    ext = ffi.cast("const fl_ipc_extension*", entry)
+    calls = ("ipc_get_handle", "ipc_open_handle", "ipc_close_handle")
+    if not _covers(ext, "fl_ipc_extension", calls[-1]) or any(getattr(ext, name) == ffi.NULL for name in calls):
+        raise PluginLoadError(plugin.name, f"its IPC extension ({ext.base.struct_size} bytes) lacks one of "
+                              f"{', '.join(calls)}; fl_ipc.h requires all three whenever it is present")
+    return Ipc(plugin, ext)

@@ -118,7 +118,7 @@ extern "C" {
 
 /* FL_CDEF_BEGIN */
 #define FL_ABI_VERSION_MAJOR 1
-#define FL_ABI_VERSION_MINOR 2
+#define FL_ABI_VERSION_MINOR 3
 #define FL_ABI_MIN_SUPPORTED_MINOR 0
 #define FL_NAME_MAX 64
 #define FL_UUID_MAX 40
@@ -448,6 +448,7 @@ typedef struct fl_api {
 typedef enum fl_extension_type {
     FL_EXTENSION_COLLECTIVES = 1,      /* fl_collectives_extension (fl_collectives.h, ABI 1.1) */
     FL_EXTENSION_HOST_MEMORY = 2,      /* fl_host_memory_extension (fl_host_memory.h, ABI 1.2) */
+    FL_EXTENSION_IPC = 3,              /* fl_ipc_extension (fl_ipc.h, ABI 1.3) */
     FL_EXTENSION_TYPE_FORCE_32BIT = 0x7fffffff
 } fl_extension_type;
 

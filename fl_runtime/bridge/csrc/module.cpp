@@ -23,6 +23,7 @@
 #include "device_allocator.h"
 #include "device_guard.h"
 #include "generator.h"
+#include "graph.h"
 #include "hooks.h"
 #include "memory_methods.h"
 #include "host_allocator.h"
@@ -63,6 +64,7 @@ PyObject* install(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     c10::impl::DeviceGuardImplRegistrar guard_registrar(kFl, &device_guard());
     c10::SetAllocator(kFl, &device_allocator(), kPriority);
     at::setHostAllocator(kFl, &host_allocator(), kPriority);
+    register_graph_impl();
     first = true;
   });
   return PyBool_FromLong(first);

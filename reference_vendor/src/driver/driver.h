@@ -6,6 +6,8 @@
  * upward, so there is no call circle:
  *
  *   plugin.c   entry point, the fl_api table, plugin info      (top)
+ *   ipc.c      the inter-process memory extension (ABI 1.3): another
+ *              process's device memory mapped into this one's region
  *   host_memory.c  the pinned host-memory extension (ABI 1.2): page-aligned,
  *              locked where the host allows, tracked host blocks
  *   launch.c   launch_kernel: checks, the deep copy, the queued kernel
@@ -48,6 +50,7 @@
 
 #include "fl_driver.h"
 #include "fl_host_memory.h"
+#include "fl_ipc.h"
 
 /* Everything declared below is private to the shared object. */
 #pragma GCC visibility push(hidden)
@@ -200,8 +203,9 @@ fl_status drv_memset_async(fl_stream stream, fl_devptr dst, uint64_t dst_offset,
                            uint8_t value, uint64_t size);
 
 extern const fl_collectives_extension drv_collectives_extension;              /* collective.c */
-/* The head of the extension chain: host memory, then the collectives. */
 extern const fl_host_memory_extension drv_host_memory_extension;               /* host_memory.c */
+/* The head of the extension chain: IPC, host memory, then the collectives. */
+extern const fl_ipc_extension drv_ipc_extension;                               /* ipc.c */
 
 fl_status drv_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel,   /* launch.c */
                             const fl_arg *args, uint32_t nargs);

@@ -15,7 +15,7 @@ static const fl_plugin_info g_info = {
     .plugin_version = "0.1.0",
 };
 
-/* ABI 1.2.  The lifecycle is counted by the driver library; the first
+/* ABI 1.3 (1.2's lifecycle, 1.3's IPC extension).  The lifecycle is counted by the driver library; the first
  * initialisation maps the devices (what a runtime older than 1.2 gets lazily,
  * at its first device call).  The last teardown releases nothing: tensors a
  * client still holds keep their device memory until the process ends, and a
@@ -56,7 +56,7 @@ static const fl_api g_api = {
     .event_elapsed_ms = drv_event_elapsed_ms,
     .kernel_table = fld_kernel_table,
     .launch_kernel = drv_launch_kernel,
-    .extension_start = &drv_host_memory_extension.base,     /* then the collectives */
+    .extension_start = &drv_ipc_extension.base,     /* then host memory, the collectives */
     .plugin_initialize = plugin_initialize,
     .plugin_teardown = plugin_teardown,
     .stream_create_ex = stream_create_ex,
