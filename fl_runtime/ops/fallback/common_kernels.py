@@ -159,10 +159,13 @@ def out_overload_decomposition(op: torch._ops.OpOverload, functional: torch._ops
         targets = [kwargs.pop(name) for name in outs]
         results = functional(*args, **kwargs)
         results = results if isinstance(results, tuple) else (results,)
+        refused = _unsafe_cast(op, targets, results)
+        if refused is not None:
+            # the temporaries go now, not while the error unwinds (docs/users/limits.md
+            # "Errors and memory": a block freed with an exception pending)
+            del results
+            raise RuntimeError(refused)
         for target, result in zip(targets, results):
-            if not can_safe_cast_to(cast_to=target.dtype, cast_from=result.dtype):    # as out= does on the CPU
-                raise RuntimeError(f"result type {result.dtype} can't be cast to the desired output type "
-                                   f"{target.dtype} ({op.name()})")
             if target.shape != result.shape:
                 target.resize_(result.shape)
             target.copy_(result)
@@ -170,3 +173,12 @@ def out_overload_decomposition(op: torch._ops.OpOverload, functional: torch._ops
 
     return decomposition
 
+
+
+def _unsafe_cast(op: torch._ops.OpOverload, targets: list, results: tuple) -> str | None:
+    """The CPU's error for a result an out= tensor cannot hold (out= never casts unsafely),
+    or None."""
+    for target, result in zip(targets, results):
+        if not can_safe_cast_to(cast_to=target.dtype, cast_from=result.dtype):
+            return f"result type {result.dtype} can't be cast to the desired output type {target.dtype} ({op.name()})"
+    return None
