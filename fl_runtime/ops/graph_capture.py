@@ -370,9 +370,9 @@ class CapturedGraph:
         pool, key = self.pool, self.stream_key
         allocate_rounded = allocator.allocate_rounded
 
-        def allocate_in_pool(size: int, stream):
+        def allocate_in_pool(size: int, stream, *requested):
             if stream.key != key:
-                return allocate_rounded(size, stream)
+                return allocate_rounded(size, stream, *requested)
             return pool.allocate(size, stream)
         allocator.allocate_rounded = allocate_in_pool
         allocator.release = _PoolRelease(pool, allocator)
