@@ -162,14 +162,18 @@ def test_capture_leaves_other_streams_running_eagerly():
     assert captured.cpu().tolist() == [9.0] * 4
 
 
-def test_one_capture_per_device():
+def test_one_capture_at_a_time():
     first = torch.accelerator.Graph()
     with torch.Stream(device="fl"):
         first.capture_begin()
         try:
-            with pytest.raises(FLGraphCaptureError, match="another graph is capturing"):
+            with pytest.raises(FLGraphCaptureError, match="another graph is capturing on fl:0"):
+                torch.accelerator.Graph().capture_begin()
+            torch.accelerator.set_device_index(1)
+            with torch.Stream(device="fl:1"), pytest.raises(FLGraphCaptureError, match="one capture at a time"):
                 torch.accelerator.Graph().capture_begin()
         finally:
+            torch.accelerator.set_device_index(0)
             first.capture_end()
 
 

@@ -325,9 +325,10 @@ class CapturedGraph:
         index = torch.accelerator.current_device_index()
         stream = rt.streams.current(index)
         with _lock:
-            if index in _capturing:
-                raise FLGraphCaptureError("capture_begin", f"another graph is capturing on fl:{index}; "
-                                          "end it first (one capture per device at a time)")
+            if _capturing:      # the hooks (plugin table, fallback chain) are per process
+                busy = next(iter(_capturing))
+                raise FLGraphCaptureError("capture_begin", f"another graph is capturing on fl:{busy}; "
+                                          "end it first (one capture at a time in a process)")
             _capturing[index] = self
         self.device_index, self.stream_key = index, stream.key
         try:
