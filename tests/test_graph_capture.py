@@ -220,3 +220,13 @@ def test_a_training_step_backward_included_replays_like_eager():
         reference(batch).sum().backward()
         for ours, theirs in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(ours.grad.cpu(), theirs.grad)
+
+
+def test_a_launch_failing_at_replay_raises_naming_the_op(monkeypatch):
+    from fl_runtime.errors import GraphReplayError
+    from fl_runtime.ops import launch_list
+    x = torch.ones(4, device="fl")
+    graph, _ = _capture(lambda: x.mul(3))
+    monkeypatch.setattr(launch_list, "_run_launches", lambda *args: (0, 7))
+    with pytest.raises(GraphReplayError, match=r"the launch of aten::mul.Tensor failed"):
+        graph.replay()

@@ -448,9 +448,10 @@ class CapturedGraph:
             failed = _run_launches(program, b"", 0, int(ffi.cast("uintptr_t", handle)))
             if failed is not None:
                 position, status = failed
+                message = plugin.api.last_error_message()
+                text = ffi.string(message).decode(errors="replace") if message != ffi.NULL else "no message"
                 raise GraphReplayError(f"replaying a graph on fl:{self.device_index}: the launch of "
-                                       f"{names[position]} failed ({abi.STATUS_NAMES.get(status, status)}: "
-                                       f"{plugin.api.last_error_message() and ffi.string(plugin.api.last_error_message()).decode(errors='replace')})")
+                                       f"{names[position]} failed ({abi.STATUS_NAMES.get(status, status)}: {text})")
 
     def reset(self) -> None:
         if self.device_index is not None and _capturing.get(self.device_index) is self:
