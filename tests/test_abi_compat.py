@@ -1,11 +1,13 @@
-"""ABI compatibility, proven: plugins built from the frozen ABI 1.0 and 1.1 headers run under this runtime.
+"""ABI compatibility, proven: plugins built from the frozen ABI 1.0, 1.1 and 1.2 headers run under this runtime.
 
-tests/fixtures/abi_1_0/ and abi_1_1/ hold fl_abi.h exactly as ABI 1.0 and 1.1 shipped it and
-a small plugin compiled against each (its table is that minor's table: shorter than today's;
-the 1.1 one carries the 1.1 collectives extension).  The runtime must load them, give them
-devices, run work on them, read the feature sets each offers (1.0: none; 1.1: collectives),
-never call what their minor lacks (plugin_initialize), and the conformance suite's categories
-of their minor must pass on them (fl_abi.h, "COMPATIBILITY PROMISE").
+tests/fixtures/abi_1_0/, abi_1_1/ and abi_1_2/ hold the headers exactly as each minor shipped
+them and a small plugin compiled against each (its table is that minor's table: shorter than
+today's; the 1.1 one carries the 1.1 collectives extension, the 1.2 one pinned host memory and
+the collectives).  The runtime must load them, give them devices, run work on them, read the
+feature sets each offers (1.0: none; 1.1: collectives; 1.2: and pinned host memory; none the
+1.3 IPC extension), never call what their minor lacks (plugin_initialize before 1.2), and the
+conformance suite's categories of their minor must pass on them (fl_abi.h, "COMPATIBILITY
+PROMISE").
 """
 from __future__ import annotations
 
@@ -39,8 +41,9 @@ class Frozen:
         return f"FL_ABI1{self.minor}_INNER"
 
 
-ABI_1_0, ABI_1_1 = Frozen(0, "abi10"), Frozen(1, "abi11")
-# The functions of today's table that both frozen tables end before (ABI 1.2's).
+ABI_1_0, ABI_1_1, ABI_1_2 = Frozen(0, "abi10"), Frozen(1, "abi11"), Frozen(2, "abi12")
+FROZEN, FROZEN_IDS = [ABI_1_0, ABI_1_1, ABI_1_2], ["abi_1_0", "abi_1_1", "abi_1_2"]
+# The functions of today's table that the 1.0 and 1.1 tables end before (ABI 1.2's).
 NEWER_FUNCTIONS = {"plugin_initialize", "plugin_teardown", "stream_create_ex", "launch_kernel_ex"}
 # The 1.1 structs, which 1.2 only appends to (fl_collectives_extension lives in fl_collectives.h now).
 STRUCTS = ("fl_api", "fl_abi_version", "fl_device_properties", "fl_tensor", "fl_arg", "fl_kernel_entry",
@@ -48,7 +51,7 @@ STRUCTS = ("fl_api", "fl_abi_version", "fl_device_properties", "fl_tensor", "fl_
 STRUCTS_1_1 = ("fl_extension_base", "fl_collectives_extension", "fl_all_reduce_args", "fl_comm_create_args")
 
 
-@pytest.fixture(scope="module", params=[ABI_1_0, ABI_1_1], ids=["abi_1_0", "abi_1_1"])
+@pytest.fixture(scope="module", params=FROZEN, ids=FROZEN_IDS)
 def frozen(request, tmp_path_factory):
     fixture = request.param
     lib = tmp_path_factory.mktemp(fixture.name) / f"libplugin_{fixture.name}.so"
@@ -66,14 +69,15 @@ def _frozen_ffi(fixture: Frozen):
     """The frozen header read the way the runtime reads today's (abi.outofline's generated
     module), so type names compare like with like: an out-of-line ffi names a tagged typedef
     'struct fl_x' where an in-line cdef says 'fl_x'."""
-    text = (fixture.folder / "fl_abi.h").read_text()
-    region = text.split("/* FL_CDEF_BEGIN */", 1)[1].split("/* FL_CDEF_END */", 1)[0]
+    headers = [fixture.folder / "fl_abi.h", *sorted(p for p in fixture.folder.glob("*.h") if p.name != "fl_abi.h")]
+    region = "".join(h.read_text().split("/* FL_CDEF_BEGIN */", 1)[1].split("/* FL_CDEF_END */", 1)[0]
+                     for h in headers)
     frozen = outofline.execute_source(outofline.generate_source(region)[0], fixture.folder / "fl_abi.h")
     assert isinstance(frozen, type(ffi)), "the frozen header's module did not build"
     return frozen
 
 
-@pytest.mark.parametrize("fixture", [ABI_1_0, ABI_1_1], ids=["abi_1_0", "abi_1_1"])
+@pytest.mark.parametrize("fixture", FROZEN, ids=FROZEN_IDS)
 def test_frozen_header_is_its_minor_and_todays_structs_only_append_to_it(fixture):
     """Every struct of the frozen minor keeps its fields at the same offsets with the same types."""
     old = _frozen_ffi(fixture)
@@ -87,7 +91,7 @@ def test_frozen_header_is_its_minor_and_todays_structs_only_append_to_it(fixture
         for name, field in old_fields:
             assert old.offsetof(type_name, name) == ffi.offsetof(type_name, name), (type_name, name)
             assert field.type.cname == dict(new_fields)[name].type.cname, (type_name, name)
-    last = {0: "launch_kernel", 1: "extension_start"}[fixture.minor]
+    last = {0: "launch_kernel", 1: "extension_start", 2: "launch_kernel_ex"}[fixture.minor]
     assert old.sizeof("fl_api") == ffi.offsetof("fl_api", last) + ffi.sizeof("void*")   # later minors append
     old_status = dict(old.typeof("fl_status").elements)
     assert {k: v for k, v in abi.STATUS_NAMES.items() if k in old_status} == old_status
@@ -106,11 +110,12 @@ def test_frozen_plugin_loads_gets_devices_and_runs(python, frozen):
         devices = torch_fl.list_devices()
         a = torch.arange(12.0).reshape(3, 4)
         b = (a.to("fl:1") * 2 + 1).sum(0).cpu()
-        from fl_runtime.plugins.extensions import collectives_of
+        from fl_runtime.plugins.extensions import collectives_of, ipc_of
         print(json.dumps({"devices": [(d["device"], d["abi"], d["plugin"]) for d in devices],
                           "result": b.tolist(), "expected": (a * 2 + 1).sum(0).tolist(),
                           "collectives": [collectives_of(p) is not None for p in rt.plugins],
-                          "host_memory": [p.host_memory is not None for p in rt.plugins]}))
+                          "host_memory": [p.host_memory is not None for p in rt.plugins],
+                          "ipc": [ipc_of(p) is not None for p in rt.plugins]}))
     """, _env(fixture, lib))
     assert result.returncode == 0, result.stderr
     got = json.loads(result.stdout.strip().splitlines()[-1])
@@ -119,12 +124,14 @@ def test_frozen_plugin_loads_gets_devices_and_runs(python, frozen):
     assert got["result"] == got["expected"]
     # A 1.0 table has no extension chain to read; the 1.1 one chains the collectives.
     assert got["collectives"] == [fixture.minor >= 1]
-    assert got["host_memory"] == [False]        # ABI 1.2's extension: neither minor has it
+    assert got["host_memory"] == [fixture.minor >= 2]     # ABI 1.2's extension
+    assert got["ipc"] == [False]                          # ABI 1.3's: no frozen minor has it
 
 
 def test_frozen_plugin_passes_its_minors_conformance_categories(frozen, tmp_path):
     """abi, memory and streams pass; collectives pass on 1.1 and are not_supported on 1.0; the
-    1.2 lifecycle checks are not_supported on both (their tables end before it)."""
+    1.2 lifecycle checks are not_supported on 1.0 and 1.1 (their tables end before it) and pass
+    on 1.2; the 1.3 IPC checks are not_supported on all three."""
     fixture, lib = frozen
     report = tmp_path / "report.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), **_env(fixture, lib)}
@@ -144,7 +151,9 @@ def test_frozen_plugin_passes_its_minors_conformance_categories(frozen, tmp_path
     lifecycle = {t["test"]: t["status"] for t in document["tests"] if "lifecycle" in t["test"] or "_ex_" in t["test"]
                  or t["test"].removeprefix("test_function_pointer_is_set[").rstrip("]") in NEWER_FUNCTIONS}
     assert len(lifecycle) == 3 + len(NEWER_FUNCTIONS), lifecycle
-    assert set(lifecycle.values()) == {"not_supported"}, lifecycle
+    assert set(lifecycle.values()) == ({"pass"} if fixture.minor >= 2 else {"not_supported"}), lifecycle
+    ipc = {t["test"]: t["status"] for t in document["tests"] if t["test"].startswith("test_ipc_")}
+    assert ipc and set(ipc.values()) == {"not_supported"}, ipc
     collectives = document["summary"]["categories"]["collectives"]
     if fixture.minor == 0:     # a 1.0 table cannot offer collectives: not_supported, never fail or pass
         assert collectives == {"not_supported": 15}

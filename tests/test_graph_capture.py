@@ -162,14 +162,18 @@ def test_capture_leaves_other_streams_running_eagerly():
     assert captured.cpu().tolist() == [9.0] * 4
 
 
-def test_one_capture_per_device():
+def test_one_capture_at_a_time():
     first = torch.accelerator.Graph()
     with torch.Stream(device="fl"):
         first.capture_begin()
         try:
-            with pytest.raises(FLGraphCaptureError, match="another graph is capturing"):
+            with pytest.raises(FLGraphCaptureError, match="another graph is capturing on fl:0"):
+                torch.accelerator.Graph().capture_begin()
+            torch.accelerator.set_device_index(1)
+            with torch.Stream(device="fl:1"), pytest.raises(FLGraphCaptureError, match="one capture at a time"):
                 torch.accelerator.Graph().capture_begin()
         finally:
+            torch.accelerator.set_device_index(0)
             first.capture_end()
 
 
@@ -216,3 +220,13 @@ def test_a_training_step_backward_included_replays_like_eager():
         reference(batch).sum().backward()
         for ours, theirs in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(ours.grad.cpu(), theirs.grad)
+
+
+def test_a_launch_failing_at_replay_raises_naming_the_op(monkeypatch):
+    from fl_runtime.errors import GraphReplayError
+    from fl_runtime.ops import launch_list
+    x = torch.ones(4, device="fl")
+    graph, _ = _capture(lambda: x.mul(3))
+    monkeypatch.setattr(launch_list, "_run_launches", lambda *args: (0, 7))
+    with pytest.raises(GraphReplayError, match=r"the launch of aten::mul.Tensor failed"):
+        graph.replay()

@@ -27,6 +27,7 @@ def test_parent_and_spawned_child_share_one_tensor_and_its_block_lives_until_bot
             go.get()
             del t, view, param
             gc.collect()
+            torch.fl.ipc_collect()            # as torch.cuda.ipc_collect: freed blocks released now
             done.put("released")
             go.get()
 

@@ -115,8 +115,13 @@ def _export(storage) -> tuple:
 
 
 def collect() -> int:
-    """Drop the sender's hold on storages every receiver released; how many were dropped
-    (torch.fl.ipc_collect)."""
+    """torch.fl.ipc_collect: close what this process received and PyTorch has freed since (the
+    runtime releases freed blocks at its next allocation, or here), then drop the sender's hold
+    on storages every receiver released; returns how many were dropped."""
+    from fl_runtime.integration import process
+    rt = process.started()
+    for allocator in rt.allocators if rt is not None else ():
+        allocator.settle()
     with _lock:
         kept = [(m, s) for m, s in _sent if os.path.exists(m)]
         dropped = len(_sent) - len(kept)

@@ -325,9 +325,10 @@ class CapturedGraph:
         index = torch.accelerator.current_device_index()
         stream = rt.streams.current(index)
         with _lock:
-            if index in _capturing:
-                raise FLGraphCaptureError("capture_begin", f"another graph is capturing on fl:{index}; "
-                                          "end it first (one capture per device at a time)")
+            if _capturing:      # the hooks (plugin table, fallback chain) are per process
+                busy = next(iter(_capturing))
+                raise FLGraphCaptureError("capture_begin", f"another graph is capturing on fl:{busy}; "
+                                          "end it first (one capture at a time in a process)")
             _capturing[index] = self
         self.device_index, self.stream_key = index, stream.key
         try:
@@ -447,9 +448,10 @@ class CapturedGraph:
             failed = _run_launches(program, b"", 0, int(ffi.cast("uintptr_t", handle)))
             if failed is not None:
                 position, status = failed
+                message = plugin.api.last_error_message()
+                text = ffi.string(message).decode(errors="replace") if message != ffi.NULL else "no message"
                 raise GraphReplayError(f"replaying a graph on fl:{self.device_index}: the launch of "
-                                       f"{names[position]} failed ({abi.STATUS_NAMES.get(status, status)}: "
-                                       f"{plugin.api.last_error_message() and ffi.string(plugin.api.last_error_message()).decode(errors='replace')})")
+                                       f"{names[position]} failed ({abi.STATUS_NAMES.get(status, status)}: {text})")
 
     def reset(self) -> None:
         if self.device_index is not None and _capturing.get(self.device_index) is self:
