@@ -152,7 +152,9 @@ class Runtime:
 
     # -- ordering across streams (docs/users/devices.md) ------------------------------------------
     def note_cross_stream(self) -> None:
-        self._cross_stream = True
+        if not self._cross_stream:
+            self._cross_stream = True
+            self.launcher.note_cross_stream()
 
     def order_after_writers(self, index: int, stream: Stream, inputs, outputs) -> None:
         """Make `stream` wait for pending writes (on other streams) to what it will touch,

@@ -72,6 +72,7 @@ def install(rt, module) -> None:
     rt.use_native_thread_state(module)
     rt.rng = NativeRNG(module, len(rt.devices))
     storage.also_collect(module.collect)
+    rt.launcher.use_native(module)     # the steady state of eager ops in C++ (csrc/eager_kernel.h)
 
 
 def _import(path):

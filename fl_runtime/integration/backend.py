@@ -96,7 +96,8 @@ def install(rt) -> None:
     attention.register(owned, rt)   # a plugin's fused attention behind scaled_dot_product_attention
     foreach.register(owned, rt)     # out-of-place foreach ops (optimizers) on a plugin's .out kernel
     for name in _FAST_VIEWS:
-        aten.impl(name, _redispatch_view(name), "PrivateUse1")
+        if not rt.launcher.register_view(name):       # the bridge's is C++: no Python on a view
+            aten.impl(name, _redispatch_view(name), "PrivateUse1")
     unknown = rt.launcher.register(aten, rt.op_names, skip=RUNTIME_OWNED | set(_FAST_VIEWS))
     if unknown:
         logger.warning("plugins offer kernels for ops PyTorch does not know (ignored): %s", unknown)

@@ -22,6 +22,7 @@
 
 #include "device_allocator.h"
 #include "device_guard.h"
+#include "eager_kernel.h"
 #include "freed_blocks.h"
 #include "generator.h"
 #include "hooks.h"
@@ -177,5 +178,10 @@ PyModuleDef module_def = {
 } // namespace
 
 PyMODINIT_FUNC PyInit__fl_bridge(void) {
-  return PyModule_Create(&module_def);
+  PyObject* module = PyModule_Create(&module_def);
+  if (module != nullptr && PyModule_AddFunctions(module, fl_bridge::eager_methods()) < 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
 }
