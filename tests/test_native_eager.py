@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from fl_runtime import bridge
 from fl_runtime.ops import accounting
-from fl_runtime.ops.launcher import NATIVE_DISABLED
+from fl_runtime.ops.eager.launcher import NATIVE_DISABLED
 
 pytestmark = pytest.mark.skipif("not __import__('fl_runtime.bridge', fromlist=['x']).status().active",
                                 reason="the Python route: no C++ kernels to test")

@@ -18,11 +18,11 @@ from fl_runtime.integration import (accelerator, autocast, distributed, fork, hf
                                     parameters, serialization, storages, torch_compile)
 from fl_runtime.integration.device_module import make_device_module
 from fl_runtime.logs import logger
-from fl_runtime.ops import attention, copies, foreach, rnn
-from fl_runtime.ops import factories as tensors
+from fl_runtime.ops.owned import attention, copies, foreach, rnn
+from fl_runtime.ops.owned import factories as tensors
 from fl_runtime.ops.boundary import GuardedLibrary
 from fl_runtime.ops.fallback.cpu import make_boxed_fallback
-from fl_runtime.ops.rng import register_seeded_dropout
+from fl_runtime.ops.owned.rng import register_seeded_dropout
 
 BACKEND_NAME = DEVICE_TYPE
 # Ops the runtime implements itself (they call vendor kernels for their device part).

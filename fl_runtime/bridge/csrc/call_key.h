@@ -1,4 +1,4 @@
-// The key of one eager call, from the dispatcher's stack: what ops/fast_path.value_key
+// The key of one eager call, from the dispatcher's stack: what ops/eager/fast_path.value_key
 // distinguishes, for the schema-ordered values (defaults filled in).
 //
 // Per tensor: sizes, strides, dtype, device; per Python value: its kind and value, except

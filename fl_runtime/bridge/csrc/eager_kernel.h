@@ -3,7 +3,7 @@
 // program from the op's table (program_table.h), outputs from the device allocator, the
 // template patched (launch_program.h), the vendor's launch_kernel on the thread's current
 // stream; the GIL is never taken on that path.  Everything else goes to the op's Python
-// kernel (ops/launcher.py), which also records the programs this side then serves
+// kernel (ops/eager/launcher.py), which also records the programs this side then serves
 // (docs/users/native-bridge.md "Eager ops").
 #pragma once
 
@@ -13,7 +13,7 @@
 
 namespace fl_bridge {
 
-// The Python half: `launch_failure(name, device, status)` raises what ops/launcher.py raises
+// The Python half: `launch_failure(name, device, status)` raises what ops/eager/launcher.py raises
 // for a failed launch; `default_streams` holds each device's default fl_stream (as an int).
 void configure_eager(PyObject* launch_failure, PyObject* default_streams);
 

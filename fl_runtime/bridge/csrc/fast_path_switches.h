@@ -1,5 +1,5 @@
 // What a recorded launch program cannot know, as the Python runtime tells it: the
-// switches that send every call of an op to its Python kernel (ops/launcher.py
+// switches that send every call of an op to its Python kernel (ops/eager/launcher.py
 // _run_program's checks), and the kernel tables' epoch.
 //
 // Read on every eager call with relaxed loads of one word each: no lock, and no write

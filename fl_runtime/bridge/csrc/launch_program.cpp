@@ -66,7 +66,7 @@ OutputLayout output_of(PyObject* row) {
   return out;
 }
 
-// The (base, byte offset) pair of t's fl_tensor, as ops/marshal.base_and_offset writes it.
+// The (base, byte offset) pair of t's fl_tensor, as ops/eager/marshal.base_and_offset writes it.
 void put_address(char* arena, size_t at, const at::Tensor& t) {
   const auto* data = static_cast<const char*>(t.storage().data());
   uint64_t pair[2] = {0, 0};
@@ -120,7 +120,7 @@ double float_of(const c10::IValue& value) {
 
 LaunchProgram LaunchProgram::from_spec(PyObject* spec) {
   TORCH_CHECK_TYPE(PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) == kSpecFields,
-                   "launch program spec: a tuple of ", kSpecFields, " (ops/fast_path.Program.native_spec)");
+                   "launch program spec: a tuple of ", kSpecFields, " (ops/eager/fast_path.Program.native_spec)");
   auto field = [&](Py_ssize_t i) { return PyTuple_GET_ITEM(spec, i); };
   LaunchProgram p;
   p.device_ = static_cast<c10::DeviceIndex>(as_int(field(0)));

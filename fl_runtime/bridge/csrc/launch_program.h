@@ -1,5 +1,5 @@
-// One call signature's recorded launch, held in C++: what ops/fast_path.Program and its
-// marshal template (ops/marshal.py) decided at the signature's first call, replayed without
+// One call signature's recorded launch, held in C++: what ops/eager/fast_path.Program and its
+// marshal template (ops/eager/marshal.py) decided at the signature's first call, replayed without
 // Python (docs/users/native-bridge.md "Eager ops").
 //
 // The template is the fl_arg array of fl_abi.h ("kernel calling convention") the first call
@@ -47,7 +47,7 @@ struct ScalarSite {
 
 class LaunchProgram {
  public:
-  // From the tuple ops/fast_path.Program.native_spec() gives; raises on a malformed one.
+  // From the tuple ops/eager/fast_path.Program.native_spec() gives; raises on a malformed one.
   static LaunchProgram from_spec(PyObject* spec);
 
   c10::DeviceIndex device() const { return device_; }

@@ -28,8 +28,8 @@ from fl_runtime.ops.schema import OpPlan
 
 MarshalError = cv.EncodeError      # a value the ABI cannot carry (the launcher falls back)
 _local = threading.local()
-# replay's tensor sites, compiled (ops/_program.c; fl_runtime/compiled.py), where built
-_native = compiled.load("fl_runtime.ops._program")
+# replay's tensor sites, compiled (ops/eager/_program.c; fl_runtime/compiled.py), where built
+_native = compiled.load("fl_runtime.ops.eager._program")
 _patch_tensors = _native.patch_tensors if _native is not None else None
 
 
@@ -151,7 +151,7 @@ def _refuse_foreign_generator(plan: OpPlan, values: list) -> None:
 
 
 def replay(plan: OpPlan, values: list, outputs: list, entry) -> tuple:
-    """marshal() for a per-signature program (ops/fast_path.py: no Generator argument,
+    """marshal() for a per-signature program (ops/eager/fast_path.py: no Generator argument,
     an argument count marshal() already accepted)."""
     template = entry.template
     arena = getattr(_local, "arena", None)

@@ -39,7 +39,7 @@ import torch
 from fl_runtime import compiled
 from fl_runtime.abi import ffi
 from fl_runtime.devices.allocator import round_size
-from fl_runtime.ops.marshal import SITE_FLOAT, SITE_LIST_TENSOR, SITE_OUTPUT, SITE_TENSOR, SITE_WRAPPED, pointer_sites
+from fl_runtime.ops.eager.marshal import SITE_FLOAT, SITE_LIST_TENSOR, SITE_OUTPUT, SITE_TENSOR, SITE_WRAPPED, pointer_sites
 from fl_runtime.ops.schema import OpPlan
 
 _Tensor = torch.Tensor
@@ -75,8 +75,8 @@ def _positional_key(args: tuple):
 
 
 # call_key of a call without keyword arguments (the common case, read by the launcher's
-# kernels): the compiled version (ops/_program.c; fl_runtime/compiled.py) where built.
-_native = compiled.load("fl_runtime.ops._program")
+# kernels): the compiled version (ops/eager/_program.c; fl_runtime/compiled.py) where built.
+_native = compiled.load("fl_runtime.ops.eager._program")
 if _native is not None:
     _native.configure(torch.Tensor)
 positional_key = _native.call_key if _native is not None else _positional_key

@@ -24,12 +24,13 @@ from fl_runtime.devices.storage import held_past_unwinding as _held_inputs
 from fl_runtime.devices.storage import release_held, wrap_block
 from fl_runtime.devices.streams import Event
 from fl_runtime.errors import FLOutOfMemoryError, VendorError
-from fl_runtime.ops import accounting, boundary, fast_path, op_table
+from fl_runtime.ops import accounting, boundary, op_table
+from fl_runtime.ops.eager import fast_path
 from fl_runtime.ops.boundary import leave_runtime
-from fl_runtime.ops.copies import resolve_conj_on_device
+from fl_runtime.ops.owned.copies import resolve_conj_on_device
 from fl_runtime.ops.fallback.chain import FallbackChain, mixed_devices_error
-from fl_runtime.ops.marshal import MarshalError, marshal, replay
-from fl_runtime.ops.meta_cache import OutputSpecCache
+from fl_runtime.ops.eager.marshal import MarshalError, marshal, replay
+from fl_runtime.ops.eager.meta_cache import OutputSpecCache
 from fl_runtime.ops.op_table import KernelChoice
 from fl_runtime.ops.schema import OpPlan, aten_op_exists, compile_plan
 
