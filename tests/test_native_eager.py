@@ -149,6 +149,7 @@ def test_two_threads_on_two_devices_match_cpu(fl):
             errors.append(exc)
 
     before = _python_calls(fl)
+    counted = accounting.counts()[("aten::add.Tensor", "native")]
     threads = [threading.Thread(target=drive, args=(i,)) for i in (0, 1)]
     for t in threads:
         t.start()
@@ -157,6 +158,8 @@ def test_two_threads_on_two_devices_match_cpu(fl):
     assert not errors, errors
     # each thread's first calls per signature (and fl:1's factory calls) only
     assert _python_calls(fl) - before < 100
+    # every call counted once, whichever thread and route served it
+    assert accounting.counts()[("aten::add.Tensor", "native")] - counted == 2 * 201
 
 
 def test_a_profile_takes_the_python_path_and_counts_every_call(fl):
