@@ -28,7 +28,7 @@ PLATFORM_LOG ?= .platforms.log
 # overnight; `make refresh-constraints` moves it to the newest releases the ranges admit.
 CONSTRAINTS := .ci/constraints.txt
 
-.PHONY: demo test test-other-torches test-platforms bench build install clean refresh-constraints docs opencl opencl-deps
+.PHONY: demo test test-other-torches test-platforms test-python-route bench build install clean refresh-constraints docs opencl opencl-deps
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -78,12 +78,22 @@ test: build opencl
 	@$(MAKE) --no-print-directory test-other-torches > $(OTHER_LOG) 2>&1 & other=$$!; \
 	$(MAKE) --no-print-directory test-platforms > $(PLATFORM_LOG) 2>&1 & platforms=$$!; \
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25; main=$$?; \
+	$(MAKE) --no-print-directory test-python-route; route=$$?; \
 	wait $$other; otherrc=$$?; wait $$platforms; platformrc=$$?; \
 	echo "---- PyTorch $(OTHER_TORCHES) runs, exit status $$otherrc (log: $(OTHER_LOG))"; cat $(OTHER_LOG); \
 	echo "---- platforms $(PLATFORMS), exit status $$platformrc (log: $(PLATFORM_LOG))"; cat $(PLATFORM_LOG); \
-	test $$main -eq 0 && test $$otherrc -eq 0 && test $$platformrc -eq 0
+	test $$main -eq 0 && test $$route -eq 0 && test $$otherrc -eq 0 && test $$platformrc -eq 0
 
 test-other-torches: $(foreach v,$(OTHER_TORCHES),test-torch-$(v))
+
+# The Python route (TORCH_FL_BRIDGE=0: no native bridge, every eager op through the Python
+# kernels; docs/users/native-bridge.md) on the runtime and end-to-end subsets, so both routes
+# stay correct: the main suite runs on the bridge.  A few minutes on two cores.
+PYTHON_ROUTE_TESTS ?= tests/test_ops.py tests/test_native_ops.py tests/test_autograd.py \
+	tests/test_views_and_inplace.py tests/test_streams.py tests/test_copies_and_streams.py \
+	tests/test_fast_path.py tests/test_host_cost_phases.py tests/test_profiler.py tests/test_e2e_training.py
+test-python-route: build
+	TORCH_FL_BRIDGE=0 HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -p no:cacheprovider $(PYTHON_ROUTE_TESTS)
 
 # One admitted minor: torch installed first, as a user who already has it; then the checkout,
 # which must leave that torch as it was (pyproject states only the window's lower bound) and

@@ -16,7 +16,7 @@ keeping each one's best:
   fallback) plus "outside the launcher" (PyTorch's dispatcher and autograd,
   views, copies, factories, the model's own Python).  The timed round runs the
   launcher's full path on every call; untimed, a repeated call signature runs
-  its recorded program (fl_runtime/ops/fast_path.py), so the phases say where a
+  its recorded program (fl_runtime/ops/eager/fast_path.py), so the phases say where a
   signature's first call goes, and the untimed column what a steady loop costs;
 - fl on the reference vendor: the end-to-end figure the targets name;
 - for the mixes whose builder takes `graph`, the same on the graph path: the model's forward (and the
@@ -356,7 +356,7 @@ def plot(rows: list[dict], path: Path) -> None:
             ax.annotate(f"native {v:.0f} µs ↑", (i, top * 0.97), textcoords="offset points", xytext=(0, -14),
                         ha="center", fontsize=8)
     # What users pay: the steady state, where repeated call signatures replay their programs
-    # (ops/fast_path.py) and the phases above mostly do not run.
+    # (ops/eager/fast_path.py) and the phases above mostly do not run.
     steady = [r["null_us_per_op"] for r in rows]
     ax.scatter(names, steady, marker="D", s=60, color="crimson", zorder=4,
                label="fl, steady state (replayed programs), whole cost")

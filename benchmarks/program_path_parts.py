@@ -1,4 +1,4 @@
-"""Where a tiny op's host time goes on the steady-state path (a replayed program, ops/fast_path.py).
+"""Where a tiny op's host time goes on the steady-state path (a replayed program, ops/eager/fast_path.py).
 
     python benchmarks/program_path_parts.py [--repeats 20000]
 
@@ -46,8 +46,8 @@ def main() -> None:
     torch.set_num_threads(1)
     import torch_fl
     from fl_runtime.devices.storage import wrap_block
-    from fl_runtime.ops import fast_path
-    from fl_runtime.ops.marshal import replay
+    from fl_runtime.ops.eager import fast_path
+    from fl_runtime.ops.eager.marshal import replay
 
     a, b = torch.randn(4, 4), torch.randn(4, 4)
     fa, fb = a.to("fl:0"), b.to("fl:0")

@@ -1,6 +1,6 @@
 """Cases and references for the fused attention kernels a plugin may offer:
 `_scaled_dot_product_fused_attention_overrideable` and its `_backward`
-(the runtime's ops/attention.py calls them for scaled_dot_product_attention).
+(the runtime's ops/owned/attention.py calls them for scaled_dot_product_attention).
 
 PyTorch has no CPU kernel for either op (they exist for vendors to fill), so the
 expected values come from PyTorch's math path, `_scaled_dot_product_attention_math`

@@ -4,9 +4,9 @@ setup.py builds each as an optional C extension (no torch headers): a missing co
 leaves the package working on the Python versions, which stay beside them with the same
 behaviour and tests.  docs/contributors/compiled-helpers.md lists them:
 - `fl_runtime.devices._dltensor` (devices/storage.py): fl tensors made and freed without Python;
-- `fl_runtime.ops._program` (ops/fast_path.py, ops/marshal.py): a replayed program's call key
+- `fl_runtime.ops.eager._program` (ops/eager/fast_path.py, ops/eager/marshal.py): a replayed program's call key
   and tensor sites;
-- `fl_runtime.ops._launch_list` (ops/launch_list.py): a graph plan's consecutive launches.
+- `fl_runtime.ops.graph._launch_list` (ops/graph/launch_list.py): a graph plan's consecutive launches.
 TORCH_FL_PURE_PYTHON=1 runs the Python versions (a comparison, or a suspected bug in C).
 
 `HELPERS` is the one list: setup.py loads this file by path (standard library only, no
@@ -22,7 +22,7 @@ from types import ModuleType
 _log = logging.getLogger("torch_fl")       # fl_runtime.logs' logger, reached without importing it
 
 PURE_PYTHON_ENV = "TORCH_FL_PURE_PYTHON"
-HELPERS = ("fl_runtime.devices._dltensor", "fl_runtime.ops._program", "fl_runtime.ops._launch_list")
+HELPERS = ("fl_runtime.devices._dltensor", "fl_runtime.ops.eager._program", "fl_runtime.ops.graph._launch_list")
 # Header folders the helpers include from (relative to the project root): the ABI's header,
 # which _launch_list.c calls launch_kernel through.
 INCLUDE_DIRS = ("fl_sdk/include",)

@@ -27,10 +27,10 @@ from fl_runtime.devices.streams import DEFAULT_STREAM_ID, Stream, StreamRegistry
 from fl_runtime.devices.uploads import PendingUploads
 from fl_runtime.errors import DeviceNotFoundError, UnsupportedDtypeError
 from fl_runtime.logs import configure_logging, logger
-from fl_runtime.ops.copies import copy_to_host
-from fl_runtime.ops.launcher import Launcher
+from fl_runtime.ops.owned.copies import copy_to_host
+from fl_runtime.ops.eager.launcher import Launcher
 from fl_runtime.ops.op_table import build_op_table
-from fl_runtime.ops.rng import DeviceRNG
+from fl_runtime.ops.owned.rng import DeviceRNG
 from fl_runtime.plugins.certification import CertificationPolicy
 from fl_runtime.plugins.loader import LoadFailure, Plugin, discover_sources, load_all
 from fl_runtime.plugins.stack import enforce_lock
@@ -54,7 +54,7 @@ class Runtime:
         self.streams = StreamRegistry(self._open_default_streams())
         self.op_names = build_op_table(self.devices, self.config.kernels)
         self.allocators = [CachingAllocator(d, self._synchronizer(d.index)) for d in self.devices]
-        self.uploads = PendingUploads()      # host buffers of copies in flight (ops/copies.py)
+        self.uploads = PendingUploads()      # host buffers of copies in flight (ops/owned/copies.py)
         self.rng = DeviceRNG(len(self.devices))
         self.launcher = Launcher(self)
         self._local = threading.local()     # .device: this thread's current device
@@ -152,7 +152,9 @@ class Runtime:
 
     # -- ordering across streams (docs/users/devices.md) ------------------------------------------
     def note_cross_stream(self) -> None:
-        self._cross_stream = True
+        if not self._cross_stream:
+            self._cross_stream = True
+            self.launcher.note_cross_stream()
 
     def order_after_writers(self, index: int, stream: Stream, inputs, outputs) -> None:
         """Make `stream` wait for pending writes (on other streams) to what it will touch,

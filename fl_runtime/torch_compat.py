@@ -137,7 +137,7 @@ PRIVATE_APIS: dict[str, str] = {
     "torch._storage_classes": "the storage types whose pickling refuses fl (IPC)",
     "torch._tensor_classes": "the tensor types whose pickling refuses fl (IPC)",
     "torch.distributed.distributed_c10d.BackendConfig": "fl tensors reach the fl process group under 'gloo'",
-    "torch._C._get_overrideable_sdp_enabled": "sdpa_kernel() allows the plugin's fused attention (ops/attention)",
+    "torch._C._get_overrideable_sdp_enabled": "sdpa_kernel() allows the plugin's fused attention (ops/owned/attention)",
     "torch._C._profiler.ProfilerState": "use_device='fl' profiles run as CPU Kineto profiles (tools/torch_profiler)",
     "torch.autograd.profiler.profile._start_trace": "where a use_device='fl' profile starts Torch-FL's alongside",
     "torch.autograd.profiler.profile._ensure_function_events": "where fl device times join PyTorch's events",

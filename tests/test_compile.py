@@ -84,7 +84,7 @@ def test_compiled_tiny_hf_llama_matches_cpu(fl):
     fl_loss = torch.compile(fl_model)(input_ids=ids.to("fl:0"), labels=ids.to("fl:0")).loss
     fl_loss.backward()
     assert not [op for (op, path) in accounting.counts() if path == "cpu"]
-    # The compiled graphs call the plugin's fused attention, as eager does (ops/attention.py).
+    # The compiled graphs call the plugin's fused attention, as eager does (ops/owned/attention.py).
     fused = "aten::_scaled_dot_product_fused_attention_overrideable"
     assert accounting.counts()[(fused, "native")] == config.num_hidden_layers
     assert accounting.counts()[(fused + "_backward", "native")] == config.num_hidden_layers

@@ -6,7 +6,7 @@
   exactly once, nothing released before PyTorch frees the tensor, no leak when PyTorch refuses
   the capsule.  The runtime's use of it (the allocator's accounting) is covered by
   test_memory.py and test_allocator.py, whose exception-unwinding tests run on both versions.
-- `fl_runtime.ops._program`: a replayed program's call key and tensor sites, which must equal
+- `fl_runtime.ops.eager._program`: a replayed program's call key and tensor sites, which must equal
   the Python versions' byte for byte (a different key or site is a wrong result or a program
   replayed for the wrong call).
 """
@@ -58,12 +58,12 @@ def test_compiles_without_warnings(tmp_path, source):
 
 def test_the_install_built_every_helper(fl):
     from fl_runtime.devices import storage
-    from fl_runtime.ops import fast_path, marshal
+    from fl_runtime.ops.eager import fast_path, marshal
     assert compiled.missing() == [] and len(SOURCES) == 3 and all(path.exists() for path in SOURCES)
     assert storage.IMPLEMENTATION == "compiled"
     assert fast_path.positional_key is fast_path._native.call_key
     assert marshal._patch_tensors is not None
-    from fl_runtime.ops import launch_list
+    from fl_runtime.ops.graph import launch_list
     assert launch_list._run_launches is launch_list._native.run_launches
 
 
@@ -189,11 +189,11 @@ def test_pure_python_path_when_asked(python):
     assert "IMPL python True" in result.stdout and "SAME True" in result.stdout and "LEAK 0" in result.stdout
 
 
-# ---- fl_runtime.ops._program -----------------------------------------------------------
+# ---- fl_runtime.ops.eager._program -----------------------------------------------------------
 
 
 def _keys_agree(args: tuple) -> None:
-    from fl_runtime.ops import fast_path
+    from fl_runtime.ops.eager import fast_path
     compiled, python = fast_path._native.call_key(args), fast_path._positional_key(args)
     assert compiled == python and repr(compiled) == repr(python)     # repr: 1 == True, 1.0 == 1
     try:
@@ -230,7 +230,7 @@ def test_call_key_agrees_with_python(fl, picks):
 
 
 def test_call_key_errors(fl):
-    from fl_runtime.ops import fast_path
+    from fl_runtime.ops.eager import fast_path
     deep = []
     for _ in range(100_000):
         deep = [deep]
@@ -243,7 +243,7 @@ def test_call_key_errors(fl):
 @pytest.mark.parametrize("case", ["contiguous", "offset view", "transposed", "empty input", "float scalar",
                                   "in place"])
 def test_tensor_sites_agree_with_python(fl, monkeypatch, case):
-    from fl_runtime.ops import marshal
+    from fl_runtime.ops.eager import marshal
     a = torch.randn(6, 8, device="fl:0")
     out = torch.randn(6, 8, device="fl:0")
     calls = {
@@ -269,18 +269,25 @@ def test_tensor_sites_agree_with_python(fl, monkeypatch, case):
         seen.append(compiled == bytes(arena.mem[0:entry.template.size]))
         return args, count
 
-    from fl_runtime.ops import launcher
+    from fl_runtime.ops.eager import launcher
     calls[case]()                                  # records the program
     monkeypatch.setattr(launcher, "replay", replay_both)
-    for _ in range(2):
-        result = calls[case]()
+    native = fl.runtime().launcher.native          # the bridge's C++ kernels replay it there: not here
+    if native is not None:
+        native.set_switch(launcher.NATIVE_DISABLED, True)
+    try:
+        for _ in range(2):
+            result = calls[case]()
+    finally:
+        if native is not None:
+            native.set_switch(launcher.NATIVE_DISABLED, False)
     monkeypatch.undo()
     assert seen and all(seen)
     assert torch.equal(result.cpu(), calls[case]().cpu())
 
 
 def test_tensor_site_outside_the_template_is_refused(fl):
-    from fl_runtime.ops import fast_path
+    from fl_runtime.ops.eager import fast_path
     scratch = bytearray(64)
     address = torch.frombuffer(scratch, dtype=torch.uint8).data_ptr()
     t = torch.zeros(2)
@@ -293,9 +300,9 @@ def test_doctor_names_a_missing_helper(python):
     # sys.modules[name] = None makes importing it fail, as an install without a compiler does
     result = python("""
         import sys
-        sys.modules["fl_runtime.ops._program"] = None
+        sys.modules["fl_runtime.ops.eager._program"] = None
         import torch, torch_fl
-        from fl_runtime.ops import fast_path, marshal
+        from fl_runtime.ops.eager import fast_path, marshal
         from fl_runtime.tools.diagnostics import check_compiled_helpers
         check = check_compiled_helpers()
         print("CHECK", check.status, "|", check.detail, "|", check.next_step)
@@ -305,7 +312,7 @@ def test_doctor_names_a_missing_helper(python):
         print("SAME", all(torch.equal((x + x).cpu(), a + a) for _ in range(3)))
     """)
     assert result.returncode == 0, result.stderr
-    assert "CHECK warn | not built: fl_runtime.ops._program;" in result.stdout
+    assert "CHECK warn | not built: fl_runtime.ops.eager._program;" in result.stdout
     assert "reinstall torch-fl" in result.stdout
     assert "FALLBACK True True" in result.stdout and "SAME True" in result.stdout
 
@@ -320,7 +327,7 @@ def test_doctor_when_python_versions_are_asked_for(python):
     assert "CHECK ok | built; their Python versions run, as TORCH_FL_PURE_PYTHON asks" in result.stdout
 
 
-# ---- fl_runtime.ops._launch_list ------------------------------------------------------
+# ---- fl_runtime.ops.graph._launch_list ------------------------------------------------------
 
 
 def _recorded_segment(fl):
@@ -330,7 +337,7 @@ def _recorded_segment(fl):
 
     from fl_runtime import abi
     from fl_runtime.abi import ffi
-    from fl_runtime.ops import graph_plan, launch_list
+    from fl_runtime.ops.graph import graph_plan, launch_list
 
     def mlp(x, w, v):
         return torch.relu(x @ w + 1)[1:] @ v.t()
@@ -358,7 +365,7 @@ def _recorded_segment(fl):
 def test_launch_segments_agree_with_the_python_loop(fl):
     from array import array
 
-    from fl_runtime.ops import launch_list
+    from fl_runtime.ops.graph import launch_list
     segment, seen, _callback, plan = _recorded_segment(fl)
     addresses = array("Q", [0x1000 * (i + 1) for i in range(2 * plan.addresses)])
     results = []
@@ -374,7 +381,7 @@ def test_launch_segments_agree_with_the_python_loop(fl):
 def test_a_malformed_launch_program_is_refused(fl):
     from array import array
 
-    from fl_runtime.ops import launch_list
+    from fl_runtime.ops.graph import launch_list
     segment, _seen, _callback, _plan = _recorded_segment(fl)
     with pytest.raises(ValueError, match="malformed"):
         launch_list._native.run_launches(segment.program, array("Q"), 0, 0)    # no address pairs at all

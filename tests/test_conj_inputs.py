@@ -150,7 +150,7 @@ except UnsupportedOpError as exc:
 
 
 def test_the_timed_path_resolves_conjugates_as_launch_does(python, complex_vendor):
-    """_launch_timed (benchmarks' phase timing) stays in step with the full path: conjugate
+    """Phase timing (benchmarks' accounting.PhaseTimes) keeps the full path's behaviour: conjugate
     inputs resolved on the device (strict), a conjugate out= sent to the CPU."""
     out = _run(python, complex_vendor, """
 from fl_runtime.ops import accounting

@@ -61,7 +61,7 @@ def test_a_small_upload_does_not_wait_for_the_stream_and_keeps_the_callers_value
     """copy_ from a small host tensor stages it and returns without synchronising the stream
     (which would wait for every queued kernel); the caller may change its tensor at once."""
     import torch_fl
-    from fl_runtime.ops.copies import STAGE_BYTES
+    from fl_runtime.ops.owned.copies import STAGE_BYTES
     a = torch.randn(600, 600, device="fl:0")
     busy = a @ a                                        # queued work the upload must not wait for
     waits = _count_stream_waits(monkeypatch)
@@ -82,7 +82,7 @@ def test_a_small_upload_does_not_wait_for_the_stream_and_keeps_the_callers_value
 
 def test_a_large_upload_from_the_callers_memory_waits_for_its_stream(fl, monkeypatch):
     """Above STAGE_BYTES the caller's own buffer is read by the device: copy_ returns when it has."""
-    from fl_runtime.ops.copies import STAGE_BYTES
+    from fl_runtime.ops.owned.copies import STAGE_BYTES
     src = torch.randn(STAGE_BYTES // 4 + 1)
     waits = _count_stream_waits(monkeypatch)
     dst = src.to("fl:0")

@@ -1,4 +1,4 @@
-"""Per-signature launch programs (fl_runtime/ops/fast_path.py): a repeated call signature
+"""Per-signature launch programs (fl_runtime/ops/eager/fast_path.py): a repeated call signature
 skips the launcher's full path.  Each test warms a signature up first (so the call under
 test runs a program, which the test checks was recorded), then changes one thing the
 program must not ignore, and compares with PyTorch's CPU result."""

@@ -1,5 +1,5 @@
 """The graph path: a captured graph's launches recorded once and replayed
-(ops/launch_list.py, integration/graph_backend.py; docs/users/graph-path.md).
+(ops/graph/launch_list.py, integration/graph_backend.py; docs/users/graph-path.md).
 
 The engine's tests trace functions into ATen graphs with make_fx (PyTorch's tracer, no
 dynamo: fast) and run them with a LaunchList on fl tensors: every call after the first
@@ -21,10 +21,11 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from fl_runtime import abi
 from fl_runtime.abi import ffi
-from fl_runtime.ops import accounting, graph_plan, launch_list
+from fl_runtime.ops import accounting
+from fl_runtime.ops.graph import graph_plan, launch_list
 from fl_runtime.errors import GraphReplayError
-from fl_runtime.ops.graph_record import LaunchStep
-from fl_runtime.ops.launch_list import LaunchList
+from fl_runtime.ops.graph.graph_record import LaunchStep
+from fl_runtime.ops.graph.launch_list import LaunchList
 
 FP32 = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -420,7 +421,7 @@ def test_a_replay_waits_for_another_streams_writes_to_its_inputs(python):
     result = python("""
         import torch, torch_fl
         from torch.fx.experimental.proxy_tensor import make_fx
-        from fl_runtime.ops.launch_list import LaunchList
+        from fl_runtime.ops.graph.launch_list import LaunchList
 
         def fn(x, acc):
             y = x

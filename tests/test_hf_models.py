@@ -10,7 +10,7 @@ docs/users/profiling.md), asserted exactly below so a change shows:
 arange.start_out, cumsum (int64), isin, triu (T5's masks in `generate`) and
 _transformer_encoder_layer_fwd (the encoder's eval fast path).  GPT-2 and Llama no
 longer build a causal mask with tril: their sdpa attention runs the reference
-vendor's fused kernels, which take is_causal (ops/attention.py).
+vendor's fused kernels, which take is_causal (ops/owned/attention.py).
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ SNIPPET = textwrap.dedent("""
     print("loaded:", heavy)
     print("plugin:", devices[0]["plugin_path"])
     from fl_runtime.devices import storage
-    from fl_runtime.ops import marshal
+    from fl_runtime.ops.eager import marshal
     print("compiled helpers:", storage.IMPLEMENTATION, marshal._patch_tensors is not None)
 """)
 

@@ -8,7 +8,7 @@ import torch
 from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.errors import FLOutOfMemoryError, VendorError
-from fl_runtime.ops.launcher import _raise_launch_failure
+from fl_runtime.ops.eager.launcher import _raise_launch_failure
 
 MIB = 1 << 20
 

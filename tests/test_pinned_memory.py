@@ -2,7 +2,7 @@
 pin_memory=True factories, non_blocking copies both ways, DataLoader(pin_memory=True) with
 workers.  Every value is compared with the CPU's.
 
-A copy from the host returns before the device has read the source (ops/copies.py): the
+A copy from the host returns before the device has read the source (ops/owned/copies.py): the
 runtime stages a small source in a buffer of its own and waits for a large one, so changing a
 pinned source right after `non_blocking=True` must never change what arrived.  The tests queue
 work on the stream first, so a copy that read the source late would read the changed bytes.
@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from fl_runtime.ops.copies import STAGE_BYTES
+from fl_runtime.ops.owned.copies import STAGE_BYTES
 
 # Element counts of float32 sources: staged by the runtime, and large enough to be waited for.
 SIZES = [STAGE_BYTES // 4 // 2, STAGE_BYTES // 4 * 4]

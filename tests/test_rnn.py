@@ -1,4 +1,4 @@
-"""nn.LSTM, nn.GRU, nn.LSTMCell and nn.GRUCell run on fl as on the CPU (ops/rnn.py).
+"""nn.LSTM, nn.GRU, nn.LSTMCell and nn.GRUCell run on fl as on the CPU (ops/owned/rnn.py).
 
 PyTorch sends non-CPU devices to the CUDA-only fused cells; Torch-FL
 registers them for fl as aten math.  Each check runs the same module on the

@@ -1,5 +1,5 @@
 """scaled_dot_product_attention on fl: the plugin's fused kernels when it offers them,
-PyTorch's math path otherwise (ops/attention.py, docs/users/attention.md).
+PyTorch's math path otherwise (ops/owned/attention.py, docs/users/attention.md).
 
 Each case runs the same call on the CPU and on fl:0 and compares the output and
 every gradient; the op counters say which path ran.  A tiny HF Llama (sdpa

@@ -2,7 +2,7 @@
 
 How each schema argument travels (`tag_of`), and the writers that put Python
 values into the ABI's `fl_arg` / `fl_tensor` structs.  The runtime's marshaler
-(fl_runtime.ops.marshal, with its per-signature templates) and the conformance
+(fl_runtime.ops.eager.marshal, with its per-signature templates) and the conformance
 harness both encode through these functions, so the two can never disagree.
 
 The writers pack bytes with `struct` into an `Arena` (a scratch buffer: fl_arg

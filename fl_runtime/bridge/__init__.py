@@ -101,6 +101,7 @@ def use_native_allocators(rt, module) -> None:
                                 d.total_memory, d.memory_limit) for d in rt.devices])
     rt.allocators = [NativeAllocator(d, rt._synchronizer(d.index), module, rt.streams) for d in rt.devices]
     memory_history.recorder.on_change = module.set_memory_history
+    rt.launcher.use_native(module)     # the steady state of eager ops in C++ (csrc/eager_kernel.h)
 
 
 def _import(path):

@@ -1,6 +1,6 @@
 """The runtime's RNG on the native bridge: each device's default torch.Generator.
 
-Same contract as the Python route's DeviceRNG (ops/rng.py): a (seed, offset) pair per device,
+Same contract as the Python route's DeviceRNG (ops/owned/rng.py): a (seed, offset) pair per device,
 numbers reserved in steps of four per random kernel.  Here the pair lives in the C++
 generator PyTorch itself hands out (torch.fl's seeding functions, torch.manual_seed,
 Generator objects, checkpoints all see one state), and explicit torch.Generator(device="fl")
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from fl_runtime.ops.rng import UINT64_MASK, parse_state, state_bytes
+from fl_runtime.ops.owned.rng import UINT64_MASK, parse_state, state_bytes
 
 
 class NativeRNG:

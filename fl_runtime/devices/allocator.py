@@ -95,7 +95,7 @@ class CachingAllocator:
 
     def allocate_rounded(self, size: int, stream) -> Block:
         """allocate() for a size round_size() already gave (the per-signature programs
-        round once, ops/fast_path.py)."""
+        round once, ops/eager/fast_path.py)."""
         _storage.collect_freed()     # storages PyTorch freed through the compiled deleter (storage.py)
         with self._lock:
             if self._freed:

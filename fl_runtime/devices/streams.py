@@ -197,7 +197,7 @@ class StreamRegistry:
         self.default = default_streams
         self._local = threading.local()
         # False until some thread makes a stream current: until then every thread's current
-        # stream is the default one, and the hot path (ops/launcher.py) reads `default` directly.
+        # stream is the default one, and the hot path (ops/eager/launcher.py) reads `default` directly.
         self.any_current = False
         self._by_id: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._by_id_lock = threading.Lock()

@@ -2,7 +2,7 @@
 
 A copy from the host is enqueued on a stream and returns at once; the host
 bytes it reads must stay as they are until the device has read them.  The
-copy path (ops/copies.py) hands such a copy only buffers the runtime itself
+copy path (ops/owned/copies.py) hands such a copy only buffers the runtime itself
 owns (a fresh staging copy, or a temporary nobody else can see), so nothing
 but their lifetime has to be managed: each is kept here with a vendor event
 recorded after its copy and let go once that event has completed.  This is

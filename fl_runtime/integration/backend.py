@@ -19,11 +19,11 @@ from fl_runtime.integration import (accelerator, autocast, distributed, fork, hf
                                     parameters, serialization, storages, torch_compile)
 from fl_runtime.integration.device_module import make_device_module
 from fl_runtime.logs import logger
-from fl_runtime.ops import attention, copies, foreach, rnn
-from fl_runtime.ops import factories as tensors
+from fl_runtime.ops.owned import attention, copies, foreach, rnn
+from fl_runtime.ops.owned import factories as tensors
 from fl_runtime.ops.boundary import GuardedLibrary
 from fl_runtime.ops.fallback.cpu import make_boxed_fallback
-from fl_runtime.ops.rng import register_seeded_dropout
+from fl_runtime.ops.owned.rng import register_seeded_dropout
 
 BACKEND_NAME = DEVICE_TYPE
 # Ops the runtime implements itself (they call vendor kernels for their device part).
@@ -100,7 +100,8 @@ def install(rt) -> None:
     attention.register(owned, rt)   # a plugin's fused attention behind scaled_dot_product_attention
     foreach.register(owned, rt)     # out-of-place foreach ops (optimizers) on a plugin's .out kernel
     for name in _FAST_VIEWS:
-        aten.impl(name, _redispatch_view(name), "PrivateUse1")
+        if not rt.launcher.register_view(name):       # the bridge's is C++: no Python on a view
+            aten.impl(name, _redispatch_view(name), "PrivateUse1")
     unknown = rt.launcher.register(aten, rt.op_names, skip=RUNTIME_OWNED | set(_FAST_VIEWS))
     if unknown:
         logger.warning("plugins offer kernels for ops PyTorch does not know (ignored): %s", unknown)

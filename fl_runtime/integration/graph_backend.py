@@ -3,7 +3,7 @@
 Dynamo captures the user's code as an FX graph; AOTAutograd (PyTorch's own,
 `aot_autograd`) traces it into ATen graphs, a forward and a backward for training or
 one for inference, with PyTorch's composite ops already decomposed; each graph is
-handed to a `LaunchList` (ops/launch_list.py), which records one eager run and then
+handed to a `LaunchList` (ops/graph/launch_list.py), which records one eager run and then
 replays its vendor launches.  No Inductor, no code generation, no C++: a graph runs
 exactly the vendor kernels eager would, with the per-op host work done once.
 
@@ -22,7 +22,7 @@ import torch
 from fl_runtime.integration import process
 from fl_runtime.logs import logger
 from fl_runtime.ops.boundary import leaves_runtime
-from fl_runtime.ops.launch_list import LaunchList
+from fl_runtime.ops.graph.launch_list import LaunchList
 
 BACKEND_NAME = "fl"
 _graphs: weakref.WeakSet = weakref.WeakSet()      # the LaunchLists made so far, for graph_summary()

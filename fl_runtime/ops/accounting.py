@@ -36,6 +36,29 @@ PHASES = None      # a PhaseTimes while the launcher's phases are timed (benchma
 HOOKED = False     # ACTIVE or PHASES is set: op calls take the launcher's full path
 
 
+_hooked_listeners: list = []
+_native_counts = None     # () -> {op: calls} the native bridge served since the last call
+
+
+def on_hooked(listener) -> None:
+    """Call `listener(HOOKED)` whenever a profile or phase timing is installed or removed."""
+    _hooked_listeners.append(listener)
+
+
+def also_count(take) -> None:
+    """Fold `take()`'s {op: native calls} into the counts too (the native bridge counts the
+    calls it serves in C++; bridge/csrc/program_table.h)."""
+    global _native_counts
+    _native_counts = take
+
+
+def _set_hooked() -> None:
+    global HOOKED
+    HOOKED = ACTIVE is not None or PHASES is not None
+    for listener in _hooked_listeners:
+        listener(HOOKED)
+
+
 def record(op: str, path: str) -> None:
     """Count one call of `op` through `path` (always on; safe from any thread)."""
     pending.append((op, path))
@@ -59,6 +82,9 @@ def fold() -> None:
         batch = pending[:n]
         del pending[:n]
         _counts.update(batch)
+        if _native_counts is not None:
+            for op, calls in _native_counts().items():
+                _counts[(op, NATIVE)] += calls
 
 
 def counts() -> Counter:
@@ -76,9 +102,9 @@ def reset_counts() -> None:
 
 def set_active(profile) -> object:
     """Install `profile` (or None) as the one op paths report timings to; returns the previous one."""
-    global ACTIVE, HOOKED
+    global ACTIVE
     previous, ACTIVE = ACTIVE, profile
-    HOOKED = ACTIVE is not None or PHASES is not None
+    _set_hooked()
     return previous
 
 
@@ -86,13 +112,17 @@ def set_active(profile) -> object:
 # "Speed": where an op's host time goes); "fallback" is a call the chain ran,
 # less the native launches it made (those count in their own phases).
 PHASE_NAMES = ("normalize", "layout", "allocate", "marshal", "order", "launch", "fallback")
+NORMALIZE, LAYOUT, ALLOCATE, MARSHAL, ORDER, LAUNCH, FALLBACK = range(len(PHASE_NAMES))
 
 
 class PhaseTimes:
     """Nanoseconds per launcher phase, summed over calls, while installed with
-    set_phases().  The launcher checks for one once per call and then takes a
-    separate timed path, so the untimed path pays nothing for it.  One thread
-    at a time (a benchmark's): the sums are not locked."""
+    set_phases().  The launcher's full path is the hook: it calls enter() and leave()
+    around a call and lap(phase) at the end of each phase, so the timed path is the
+    path (while phases are timed every call takes it: the per-signature programs and
+    the native bridge's C++ kernels step aside).  A call made inside another's fallback
+    (a generic kernel's launches) ends the outer phase in progress as "fallback" and
+    reports its own phases.  One thread at a time (a benchmark's): the sums are not locked."""
 
     def __init__(self, clock=None) -> None:
         # perf_counter_ns by default; time.thread_time_ns leaves out the time other processes
@@ -100,6 +130,24 @@ class PhaseTimes:
         self.clock = clock or perf_counter_ns
         self.ns = [0] * len(PHASE_NAMES)
         self.calls = 0          # launcher calls, nested ones (a generic kernel's) included
+        self._last = 0          # the clock at the end of the last phase
+        self._depth = 0
+
+    def enter(self) -> None:
+        now = self.clock()
+        if self._depth:          # inside another call's fallback: that part is the fallback's
+            self.ns[FALLBACK] += now - self._last
+        self._last = now
+        self._depth += 1
+        self.calls += 1
+
+    def lap(self, phase: int) -> None:
+        now = self.clock()
+        self.ns[phase] += now - self._last
+        self._last = now
+
+    def leave(self) -> None:
+        self._depth -= 1
 
     def inside_ns(self) -> int:
         """Time inside the launcher: the phases cover each call end to end, once."""
@@ -111,7 +159,7 @@ class PhaseTimes:
 
 def set_phases(times: PhaseTimes | None) -> PhaseTimes | None:
     """Install `times` (or None) as the launcher's phase clock; returns the previous one."""
-    global PHASES, HOOKED
+    global PHASES
     previous, PHASES = PHASES, times
-    HOOKED = ACTIVE is not None or PHASES is not None
+    _set_hooked()
     return previous

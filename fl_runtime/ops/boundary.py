@@ -16,6 +16,16 @@ from fl_runtime.devices.storage import hold_past_unwinding
 from fl_runtime.tracebacks import release_runtime_frames
 
 
+_on_hold = None
+
+
+def on_hold(listener) -> None:
+    """Call `listener()` whenever a failed call's inputs are held (the native bridge then
+    sends the next call to the Python kernel, which releases them)."""
+    global _on_hold
+    _on_hold = listener
+
+
 def leave_runtime(exc: BaseException, inputs: object) -> None:
     """What a failed call does with its exception on the way out.
 
@@ -27,6 +37,8 @@ def leave_runtime(exc: BaseException, inputs: object) -> None:
     runtime frames of the traceback drop their locals now (fl_runtime.tracebacks): the
     runtime's temporaries die here, while the exception is handled, not pending."""
     hold_past_unwinding(inputs)
+    if _on_hold is not None:
+        _on_hold()
     release_runtime_frames(exc)
 
 

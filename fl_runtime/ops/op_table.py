@@ -21,6 +21,66 @@ _VARIANT_NAMES = abi.VARIANT_NAMES
 MAX_KERNELS = 1 << 16
 
 
+_epoch = 0
+_epoch_listeners: list = []
+
+
+def epoch() -> int:
+    """How many times a device's kernel table changed since start-up (KernelMap)."""
+    return _epoch
+
+
+def on_epoch(listener) -> None:
+    """Call `listener(epoch)` whenever a kernel table changes (the native bridge's programs
+    check it: a recorded entry the table no longer offers must not run)."""
+    _epoch_listeners.append(listener)
+
+
+class KernelMap(dict):
+    """A device's op -> KernelChoice map: a dict (get() stays the C lookup), whose changes
+    (tests hide a kernel to force the fallbacks) advance the epoch."""
+
+    def _changed(self) -> None:
+        global _epoch
+        _epoch += 1
+        for listener in _epoch_listeners:
+            listener(_epoch)
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self._changed()
+
+    def __delitem__(self, key) -> None:
+        super().__delitem__(key)
+        self._changed()
+
+    def pop(self, *args):
+        try:
+            return super().pop(*args)
+        finally:
+            self._changed()
+
+    def popitem(self):
+        try:
+            return super().popitem()
+        finally:
+            self._changed()
+
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
+
+    def update(self, *args, **kwargs) -> None:
+        super().update(*args, **kwargs)
+        self._changed()
+
+    def setdefault(self, key, default=None):
+        try:
+            return super().setdefault(key, default)
+        finally:
+            self._changed()
+
+
 class KernelChoice:
     """The vendor entry for one (device, op): the variant the policy picked, and
     the fast entry to use instead under autocast (None when there is no switch)."""
@@ -47,7 +107,7 @@ def build_op_table(devices: list[DeviceInfo], policy: KernelsConfig | None = Non
             except Exception as exc:  # noqa: BLE001 - its devices still work, through the fallbacks
                 logger.warning("plugin '%s' gave no usable kernel table (%s); every op on its "
                                "devices will use the fallbacks", plugin.name, exc)
-                per_plugin[id(plugin)] = {}
+                per_plugin[id(plugin)] = KernelMap()
         dev.kernels = per_plugin[id(plugin)]
     return {name for table in per_plugin.values() for name in table}
 
@@ -62,7 +122,7 @@ def _read_kernel_table(plugin, policy: KernelsConfig) -> dict[str, KernelChoice]
         entry = entries[0] + i
         choice = KernelChoice(entry, entry.dtypes, entry.variant, plugin.api.launch_kernel)
         offered.setdefault(ffi.string(entry.op, 256).decode(), {}).setdefault(choice.variant_name, choice)
-    table = {name: _pick_variant(name, variants, policy) for name, variants in offered.items()}
+    table = KernelMap({name: _pick_variant(name, variants, policy) for name, variants in offered.items()})
     logger.debug("plugin '%s' offers %d kernels for %d ops", plugin.name, count[0], len(table))
     return table
 

@@ -27,7 +27,7 @@ from fl_runtime.logs import logger
 from fl_runtime.ops import accounting
 from fl_runtime.ops.fallback import generic
 from fl_runtime.ops.fallback.cpu import cpu_fallback, has_cpu_kernel, is_view_op
-from fl_runtime.ops.rng import stand_ins_for_cpu
+from fl_runtime.ops.owned.rng import stand_ins_for_cpu
 from fl_runtime.ops.schema import numbers_as_tensors, tensor_slots
 
 UNSUPPORTED = "unsupported"

@@ -111,7 +111,7 @@ class OutputSpecCache:
         result = plan.op(*args, **kwargs)
         results = result if isinstance(result, (tuple, list)) else (result,)
         # A return that is not a tensor (a SymInt such as the attention ops' max_q) gets
-        # no buffer: the op's runtime-owned kernel supplies it (ops/attention.py).
+        # no buffer: the op's runtime-owned kernel supplies it (ops/owned/attention.py).
         return tuple(None if not isinstance(r, torch.Tensor) else
                      (tuple(r.shape), tuple(r.stride()), r.dtype,
                       storage_nbytes(r.shape, r.stride(), r.element_size())) for r in results)

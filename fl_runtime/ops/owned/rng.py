@@ -71,7 +71,7 @@ class DeviceRNG:
 
     def taker(self, index: int):
         """take() bound to one device, for the marshaler: take(numel, generator); an explicit
-        generator cannot be an fl one here (ops/marshal.py sends CPU ones to the CPU)."""
+        generator cannot be an fl one here (ops/eager/marshal.py sends CPU ones to the CPU)."""
         return lambda numel, generator=None: self.take(index, numel)
 
     def get_state(self, index: int) -> torch.Tensor:

@@ -46,11 +46,12 @@ from fl_runtime.abi.convention import BASE_AND_OFFSET
 from fl_runtime.devices.storage import wrap_block
 from fl_runtime.errors import GraphReplayError
 from fl_runtime.logs import logger
-from fl_runtime.ops import accounting, fast_path
-from fl_runtime.ops.graph_plan import MASK, WORKSPACE, LaunchSegment, Plan
-from fl_runtime.ops.graph_record import LaunchStep, NotPlannable, PythonStep, Record, Val, layout_key
-from fl_runtime.ops.marshal import base_and_offset
-from fl_runtime.ops.launcher import _declined_reason, _raise_launch_failure
+from fl_runtime.ops import accounting
+from fl_runtime.ops.eager import fast_path
+from fl_runtime.ops.graph.graph_plan import MASK, WORKSPACE, LaunchSegment, Plan
+from fl_runtime.ops.graph.graph_record import LaunchStep, NotPlannable, PythonStep, Record, Val, layout_key
+from fl_runtime.ops.eager.marshal import base_and_offset
+from fl_runtime.ops.eager.launcher import _declined_reason, _raise_launch_failure
 
 MAX_PLANS = 8                # input signatures one graph keeps plans for, per thread
 _is_autocast_enabled = torch.is_autocast_enabled
@@ -255,7 +256,7 @@ def _run_launches_in_python(program: bytes, addresses: array, workspace: int, st
     return None
 
 
-_native = compiled.load("fl_runtime.ops._launch_list")
+_native = compiled.load("fl_runtime.ops.graph._launch_list")
 _run_launches = _native.run_launches if _native is not None else _run_launches_in_python
 
 

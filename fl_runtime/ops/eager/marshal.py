@@ -18,9 +18,9 @@ import threading
 
 import torch
 
-from fl_runtime import compiled
+from fl_runtime import abi, compiled
 from fl_runtime.abi import convention as cv
-from fl_runtime.abi.convention import (ARG_FLOAT, ARG_SIZE, BASE_AND_OFFSET, BASE_OFFSET, INT64S, TAG_GENERATOR,
+from fl_runtime.abi.convention import (ARG_FLOAT, ARG_INT, ARG_SIZE, BASE_AND_OFFSET, BASE_OFFSET, INT64S, TAG_GENERATOR,
                                        TAG_INT_LIST, TAG_SCALAR_LIST, TAG_VALUE, Arena, ArenaFull)
 from fl_runtime.abi import ARG_FLOAT as _KIND_FLOAT
 from fl_runtime.devices.registry import DEVICE_TYPE
@@ -28,8 +28,8 @@ from fl_runtime.ops.schema import OpPlan
 
 MarshalError = cv.EncodeError      # a value the ABI cannot carry (the launcher falls back)
 _local = threading.local()
-# replay's tensor sites, compiled (ops/_program.c; fl_runtime/compiled.py), where built
-_native = compiled.load("fl_runtime.ops._program")
+# replay's tensor sites, compiled (ops/eager/_program.c; fl_runtime/compiled.py), where built
+_native = compiled.load("fl_runtime.ops.eager._program")
 _patch_tensors = _native.patch_tensors if _native is not None else None
 
 
@@ -151,7 +151,7 @@ def _refuse_foreign_generator(plan: OpPlan, values: list) -> None:
 
 
 def replay(plan: OpPlan, values: list, outputs: list, entry) -> tuple:
-    """marshal() for a per-signature program (ops/fast_path.py: no Generator argument,
+    """marshal() for a per-signature program (ops/eager/fast_path.py: no Generator argument,
     an argument count marshal() already accepted)."""
     template = entry.template
     arena = getattr(_local, "arena", None)
@@ -209,6 +209,42 @@ def _replay_sites(sites: tuple, arena: Arena, values: list, outputs: list, take_
         else:
             numel = sum(o.numel() for o in outputs if o is not None)
             INT64S[2].pack_into(mem, at, *take_rng(numel, values[i]))
+
+
+_POINTER_KINDS = frozenset({abi.ARG_INT_LIST, abi.ARG_FLOAT_LIST, abi.ARG_BOOL_LIST, abi.ARG_STRING})
+_SIZES_AT = cv.FIELD_OFFSETS["fl_tensor"]["sizes"]
+_STRIDES_AT = cv.FIELD_OFFSETS["fl_tensor"]["strides"]
+_VALUE_AT = cv.FIELD_OFFSETS["fl_arg"]["value"]
+
+
+def pointer_sites(template: Template, count: int) -> tuple[int, ...]:
+    """Offsets of the template's pointers into its own arena (fl_arg values that point to
+    fl_tensors, lists and strings; each fl_tensor's sizes and strides), so a copy of the
+    blob elsewhere can be relocated (the native bridge's launch programs,
+    bridge/csrc/launch_program.h).  Walks the calling convention's structure: exact."""
+    blob, base = template.blob, template.arena.address
+    sites: list[int] = []
+
+    def tensor(address: int) -> None:
+        at = address - base
+        sites.extend((at + _SIZES_AT, at + _STRIDES_AT))
+
+    for slot in range(0, count * ARG_SIZE, ARG_SIZE):
+        kind, n, value = ARG_INT.unpack_from(blob, slot)
+        if kind == abi.ARG_TENSOR:
+            sites.append(slot + _VALUE_AT)
+            tensor(value)
+        elif kind == abi.ARG_TENSOR_LIST:
+            sites.append(slot + _VALUE_AT)
+            for k in range(n):
+                at = value - base + 8 * k
+                (entry,) = INT64S[1].unpack_from(blob, at)
+                if entry:
+                    sites.append(at)
+                    tensor(entry)
+        elif kind in _POINTER_KINDS:
+            sites.append(slot + _VALUE_AT)
+    return tuple(sites)
 
 
 def fill(arena: Arena, plan: OpPlan, values: list, outputs: list, take_rng, sites: list) -> None:

@@ -1,4 +1,4 @@
-/* fl_runtime.ops._launch_list: a graph plan's consecutive launches, compiled (ops/launch_list.py).
+/* fl_runtime.ops.graph._launch_list: a graph plan's consecutive launches, compiled (ops/graph/launch_list.py).
  *
  *   run_launches(program, addresses, workspace, stream) -> None | (position, status)
  *       `program` (bytes) is native uint64 words, per launch:

@@ -37,7 +37,9 @@ from __future__ import annotations
 import torch
 
 from fl_runtime import compiled
+from fl_runtime.abi import ffi
 from fl_runtime.devices.allocator import round_size
+from fl_runtime.ops.eager.marshal import SITE_FLOAT, SITE_LIST_TENSOR, SITE_OUTPUT, SITE_TENSOR, SITE_WRAPPED, pointer_sites
 from fl_runtime.ops.schema import OpPlan
 
 _Tensor = torch.Tensor
@@ -73,8 +75,8 @@ def _positional_key(args: tuple):
 
 
 # call_key of a call without keyword arguments (the common case, read by the launcher's
-# kernels): the compiled version (ops/_program.c; fl_runtime/compiled.py) where built.
-_native = compiled.load("fl_runtime.ops._program")
+# kernels): the compiled version (ops/eager/_program.c; fl_runtime/compiled.py) where built.
+_native = compiled.load("fl_runtime.ops.eager._program")
 if _native is not None:
     _native.configure(torch.Tensor)
 positional_key = _native.call_key if _native is not None else _positional_key
@@ -94,7 +96,7 @@ class Output:
 class Program:
     """What the full path decided for one call signature on one device."""
     __slots__ = ("choice", "device", "device_index", "tail", "outputs", "entry", "count_key", "arg_count",
-                 "single_new", "allocator")
+                 "single_new", "allocator", "native")
 
     def __init__(self, choice, device, allocator, tail: tuple, outputs: tuple, entry, count_key: tuple,
                  arg_count: int) -> None:
@@ -110,6 +112,39 @@ class Program:
         # the common case, one fresh output: made without the loop
         self.single_new = outputs[0] if len(outputs) == 1 and outputs[0].alias is None and \
             outputs[0].shape is not None else None
+        self.native = None                # (epoch, native_spec) once the native bridge asked
+
+
+# Template sites -> the native program's (source, ...) rows (bridge/csrc/launch_program.h)
+_TENSOR_SOURCES = {SITE_TENSOR: 0, SITE_LIST_TENSOR: 1, SITE_OUTPUT: 2}
+
+
+def native_spec(program: Program, name: str, epoch: int) -> tuple | None:
+    """The program as the native bridge's C++ kernel replays it (bridge/csrc/launch_program.h,
+    LaunchProgram::from_spec), or None when it holds something C++ does not replay (the
+    kernel table no longer offers its entry; a site other than tensors, floats and wrapped
+    numbers).  The template's pointers are relocated there (marshal.pointer_sites)."""
+    template = program.entry.template
+    if template is None or program.device.kernels.get(name) is not program.choice:
+        return None
+    tensors, floats, wrapped = [], [], []
+    for kind, at, i, j in template.sites:
+        if kind in _TENSOR_SOURCES:
+            tensors.append((at, _TENSOR_SOURCES[kind], i, j))
+        elif kind == SITE_FLOAT:
+            floats.append((at, i))
+        elif kind == SITE_WRAPPED:
+            wrapped.append((at, i))
+        else:
+            return None
+    outputs = tuple((-1 if out.alias is None else out.alias, None if out.shape is None else tuple(out.shape),
+                     None if out.stride is None else tuple(out.stride), out.dtype, out.nbytes)
+                    for out in program.outputs)
+    choice = program.choice
+    return (program.device_index, choice.autocast is not None, epoch, int(ffi.cast("uintptr_t", choice.launch_fn)),
+            int(ffi.cast("uintptr_t", choice.entry)), program.arg_count, template.blob, template.arena.address,
+            pointer_sites(template, program.arg_count), tuple(tensors), tuple(floats), tuple(wrapped), outputs,
+            program.count_key[0])
 
 
 def eligible(plan: OpPlan) -> bool:

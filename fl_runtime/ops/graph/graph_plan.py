@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fl_runtime.abi import ffi
-from fl_runtime.ops.graph_record import LaunchStep, NotPlannable, PythonStep, Record, Val, flat, layout_key
+from fl_runtime.ops.graph.graph_record import LaunchStep, NotPlannable, PythonStep, Record, Val, flat, layout_key
 
 _ALIGN = 256                 # workspace offsets: the alignment vendors get from allocate (fl_abi.h)
 WORKSPACE = (1 << 64) - 1    # a patch's index for the workspace (_launch_list.c)

@@ -11,6 +11,7 @@ While a profile is active, launches are timed and bracketed by vendor events.
 """
 from __future__ import annotations
 
+import functools
 from time import perf_counter_ns
 from typing import NoReturn
 
@@ -23,12 +24,13 @@ from fl_runtime.devices.storage import held_past_unwinding as _held_inputs
 from fl_runtime.devices.storage import release_held, wrap_block
 from fl_runtime.devices.streams import Event
 from fl_runtime.errors import FLOutOfMemoryError, VendorError
-from fl_runtime.ops import accounting, fast_path
+from fl_runtime.ops import accounting, boundary, op_table
+from fl_runtime.ops.eager import fast_path
 from fl_runtime.ops.boundary import leave_runtime
-from fl_runtime.ops.copies import resolve_conj_on_device
+from fl_runtime.ops.owned.copies import resolve_conj_on_device
 from fl_runtime.ops.fallback.chain import FallbackChain, mixed_devices_error
-from fl_runtime.ops.marshal import MarshalError, marshal, replay
-from fl_runtime.ops.meta_cache import OutputSpecCache
+from fl_runtime.ops.eager.marshal import MarshalError, marshal, replay
+from fl_runtime.ops.eager.meta_cache import OutputSpecCache
 from fl_runtime.ops.op_table import KernelChoice
 from fl_runtime.ops.schema import OpPlan, aten_op_exists, compile_plan
 
@@ -37,6 +39,8 @@ _NATIVE = accounting.NATIVE
 _pending_counts = accounting.pending
 _FOLD_AT = accounting.FOLD_AT
 _DECLINED = abi.ERROR_NOT_SUPPORTED   # launch_kernel's "not these arguments" (see fl_abi.h)
+# The native bridge's switches (bridge/csrc/fast_path_switches.h)
+NATIVE_HOOKED, NATIVE_CROSS_STREAM, NATIVE_HELD_INPUTS, NATIVE_DISABLED = 1, 2, 4, 8
 _COMPLEX_FL_MASK = sum(1 << _FL_DTYPE[d] for d in (torch.complex32, torch.complex64, torch.complex128)
                        if d in _FL_DTYPE)
 
@@ -125,6 +129,51 @@ class Launcher:
         self._programs: dict[str, dict] = {}    # op name -> its kernel's program cache (fast_path.py)
         switches = runtime.config.fallback
         self.chain = FallbackChain(self, switches.enable_generic_kernel, switches.enable_cpu_fallback)
+        self.native = None        # the native bridge's module, where it serves the steady state (use_native)
+
+    def use_native(self, native) -> None:
+        """Let the native bridge serve every call whose signature has a program, in C++
+        (bridge/csrc/eager_kernel.h; docs/users/native-bridge.md "Eager ops"): its kernels
+        replace this launcher's Python ones at register(), which stay behind them for first
+        calls, fallbacks and whatever a program cannot know - told to C++ as switches."""
+        self.native = native
+        native.configure_eager(self._native_launch_failure, tuple(s.key for s in self.rt.streams.default))
+        accounting.on_hooked(lambda hooked: native.set_switch(NATIVE_HOOKED, hooked))
+        accounting.also_count(native.take_counts)
+        boundary.on_hold(lambda: native.set_switch(NATIVE_HELD_INPUTS, True))
+        op_table.on_epoch(native.set_kernel_epoch)
+        native.set_kernel_epoch(op_table.epoch())
+        native.set_switch(NATIVE_HOOKED, accounting.HOOKED)
+        native.set_switch(NATIVE_CROSS_STREAM, self.rt._cross_stream)
+
+    def note_cross_stream(self) -> None:
+        """Writes are tracked per stream from now on (runtime.order_after_writers): the
+        C++ kernels send every call here, which does that."""
+        if self.native is not None:
+            self.native.set_switch(NATIVE_CROSS_STREAM, True)
+
+    def register_view(self, name: str) -> bool:
+        """Give a metadata-only view PyTorch's CPU kernel in C++ (no Python on the call);
+        False on the Python route, whose caller registers its own."""
+        if self.native is None:
+            return False
+        self.native.register_view(name)
+        return True
+
+    def native_program(self, name: str, args: tuple, kwargs: dict) -> tuple | None:
+        """The program this call's signature recorded, as the C++ kernel replays it
+        (fast_path.native_spec), or None; asked by that kernel after a call it sent here."""
+        program = self.program_for(name, args, kwargs)
+        if program is None:
+            return None
+        epoch = op_table.epoch()
+        cached = program.native
+        if cached is None or cached[0] != epoch:
+            cached = program.native = (epoch, fast_path.native_spec(program, name, epoch))
+        return cached[1]
+
+    def _native_launch_failure(self, name: str, device_index: int, status: int) -> NoReturn:
+        _raise_launch_failure(self.rt.device(device_index), status, name)
 
     def register(self, library: torch.library.Library, op_names: set[str], skip: set[str]) -> list[str]:
         """Give PyTorch a PrivateUse1 kernel for each op not in `skip` (ops the runtime
@@ -133,11 +182,14 @@ class Launcher:
         call, not here: most of a program's ~230 ops never run, and compiling them all
         cost every start-up ~6 ms (docs/benchmarks/index.md "Start-up")."""
         unknown = []
+        native = self.native
         for name in sorted(op_names - skip):
             if not aten_op_exists(name):
                 unknown.append(name)
-                continue
-            library.impl(name, self._make_kernel(name), "PrivateUse1")
+            elif native is not None:
+                native.register_eager_op(name, self._make_kernel(name), functools.partial(self.native_program, name))
+            else:
+                library.impl(name, self._make_kernel(name), "PrivateUse1")
         return unknown
 
     def _plan(self, name: str) -> tuple[OpPlan, OutputSpecCache]:
@@ -299,11 +351,22 @@ class Launcher:
     def _launch_planned(self, name: str, plan: OpPlan, spec_cache: OutputSpecCache, args: tuple, kwargs: dict,
                         programs: dict | None = None, key=None):
         """The full path.  With `programs`, a call launched natively records its program
-        under `key` (fast_path.py), so the next call of the signature skips this."""
+        under `key` (fast_path.py), so the next call of the signature skips this.  While
+        phases are timed (accounting.PhaseTimes: benchmarks/host_cost.py), each phase's end
+        is reported to them: the same path, with a clock read at each boundary."""
         if _held_inputs:
             release_held()
-        if accounting.PHASES is not None:      # benchmarks only: the timed copy of this path
-            return self._launch_timed(name, args, kwargs, accounting.PHASES)
+        times = accounting.PHASES
+        if times is None:
+            return self._full_path(name, plan, spec_cache, args, kwargs, programs, key, None)
+        times.enter()
+        try:
+            return self._full_path(name, plan, spec_cache, args, kwargs, None, None, times)
+        finally:
+            times.leave()
+
+    def _full_path(self, name: str, plan: OpPlan, spec_cache: OutputSpecCache, args: tuple, kwargs: dict,
+                   programs: dict | None, key, times: accounting.PhaseTimes | None):
         prof = accounting.ACTIVE
         start = perf_counter_ns() if prof is not None else 0
         values = plan.normalize(args, kwargs)
@@ -312,33 +375,44 @@ class Launcher:
         if choice is not None and choice.autocast is not None and _is_autocast_enabled("fl"):
             choice = choice.autocast
         main = values[plan.tensor_arg_indices[0]] if plan.tensor_arg_indices else None
+        if times is not None:
+            times.lap(accounting.NORMALIZE)
         if choice is None or (isinstance(main, torch.Tensor) and not (choice.dtypes >> _FL_DTYPE[main.dtype]) & 1):
-            return self.chain.run(plan.op, args, kwargs, device.index)
+            return _fall_back(times, self.chain.run, plan.op, args, kwargs, device.index)
         if plan.list_tensor_arg_indices and _lists_to_device(plan, values, device.index):
             programs = None        # the copies are this call's: a program would not make them
         if choice.dtypes & _COMPLEX_FL_MASK:     # conjugate views: see _resolve_conjugates
             resolved, refusal = _resolve_conjugates(plan, values)
             if refusal is not None:
-                return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, refusal)
+                return _fall_back(times, self.chain.run_on_cpu, plan.op, args, kwargs, device.index, refusal)
             if resolved:
                 programs = None    # as for the list copies above
         try:
             entry = spec_cache.lookup(values)
         except (NotImplementedError, RuntimeError) as exc:
-            return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, f"its meta kernel failed ({exc})")
+            return _fall_back(times, self.chain.run_on_cpu, plan.op, args, kwargs, device.index,
+                              f"its meta kernel failed ({exc})")
         rt = self.rt
         stream = rt.streams.current(device.index)
         if programs is not None and _resizes_an_out(plan, values, entry.specs):
             programs = None        # the key holds the out= tensor's shape before this resize
+        if times is not None:
+            times.lap(accounting.LAYOUT)
         outputs = self._outputs(plan, values, entry.specs, device, stream)
+        if times is not None:
+            times.lap(accounting.ALLOCATE)
         try:
             try:
                 c_args, count = marshal(plan, values, outputs,
                                         rt.rng.taker(device.index) if plan.has_generator else None, entry)
             except MarshalError as exc:
                 outputs.clear()        # the CPU run makes its own
-                return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, str(exc))
+                return _fall_back(times, self.chain.run_on_cpu, plan.op, args, kwargs, device.index, str(exc))
+            if times is not None:
+                times.lap(accounting.MARSHAL)
             rt.order_after_writers(device.index, stream, values, outputs)
+            if times is not None:
+                times.lap(accounting.ORDER)
             if prof is None:
                 status = choice.launch_fn(stream.handle, choice.entry, c_args, count)
             else:
@@ -347,7 +421,8 @@ class Launcher:
             if status != abi.SUCCESS:
                 if status == _DECLINED:    # nothing was enqueued; the outputs are simply dropped
                     outputs.clear()
-                    return self.chain.run_on_cpu(plan.op, args, kwargs, device.index, _declined_reason(device))
+                    return _fall_back(times, self.chain.run_on_cpu, plan.op, args, kwargs, device.index,
+                                      _declined_reason(device))
                 _raise_launch_failure(device, status, name)
         except BaseException:
             _drop(outputs)
@@ -361,85 +436,9 @@ class Launcher:
                                           values, entry.specs, entry, outputs)
                 if program is not None:
                     programs.setdefault(key, program)
+        if times is not None:
+            times.lap(accounting.LAUNCH)
         return _result(outputs)
-
-    def _launch_timed(self, name: str, args: tuple, kwargs: dict, times: accounting.PhaseTimes):
-        """launch() step for step, with the time of each phase added to `times`
-        (accounting.PHASE_NAMES; benchmarks/host_cost.py).  Keep it in step with launch():
-        tests/test_host_cost_phases.py checks both give the same values.  It does not report
-        to a profile (tools.profiler): phase timing and a profile are not meant to overlap.
-        While phases are timed every call takes this full path, never a recorded program
-        (fast_path.py): the phases describe a signature's first call."""
-        clock = times.clock
-        ns = times.ns
-        t0 = clock()
-        plan, spec_cache = self._plan(name)
-        values = plan.normalize(args, kwargs)
-        device = self._device_of(plan, values)
-        choice = device.kernels.get(name)
-        if choice is not None and choice.autocast is not None and _is_autocast_enabled("fl"):
-            choice = choice.autocast
-        main = values[plan.tensor_arg_indices[0]] if plan.tensor_arg_indices else None
-        t1 = clock()
-        ns[0] += t1 - t0
-        times.calls += 1
-        if choice is None or (isinstance(main, torch.Tensor) and not (choice.dtypes >> _FL_DTYPE[main.dtype]) & 1):
-            return self._timed_fallback(times, t1, self.chain.run, plan.op, args, kwargs, device.index)
-        if plan.list_tensor_arg_indices:
-            _lists_to_device(plan, values, device.index)
-        refusal = _resolve_conjugates(plan, values)[1] if choice.dtypes & _COMPLEX_FL_MASK else None
-        if refusal is not None:
-            return self._timed_fallback(times, t1, self.chain.run_on_cpu, plan.op, args, kwargs,
-                                        device.index, refusal)
-        try:
-            entry = spec_cache.lookup(values)
-        except (NotImplementedError, RuntimeError) as exc:
-            return self._timed_fallback(times, t1, self.chain.run_on_cpu, plan.op, args, kwargs,
-                                        device.index, f"its meta kernel failed ({exc})")
-        t2 = clock()
-        ns[1] += t2 - t1
-        rt = self.rt
-        stream = rt.streams.current(device.index)
-        outputs = self._outputs(plan, values, entry.specs, device, stream)
-        t3 = clock()
-        ns[2] += t3 - t2
-        try:
-            try:
-                c_args, count = marshal(plan, values, outputs,
-                                        rt.rng.taker(device.index) if plan.has_generator else None, entry)
-            except MarshalError as exc:
-                outputs.clear()
-                return self._timed_fallback(times, clock(), self.chain.run_on_cpu, plan.op, args,
-                                            kwargs, device.index, str(exc))
-            t4 = clock()
-            ns[3] += t4 - t3
-            rt.order_after_writers(device.index, stream, values, outputs)
-            t5 = clock()
-            ns[4] += t5 - t4
-            status = choice.launch_fn(stream.handle, choice.entry, c_args, count)
-            if status != abi.SUCCESS:
-                if status == _DECLINED:
-                    outputs.clear()
-                    return self._timed_fallback(times, clock(), self.chain.run_on_cpu, plan.op,
-                                                args, kwargs, device.index, _declined_reason(device))
-                _raise_launch_failure(device, status, name)
-        except BaseException:
-            _drop(outputs)
-            raise
-        accounting.record(plan.qualified_name, _NATIVE)
-        t6 = clock()
-        ns[5] += t6 - t5
-        return _result(outputs)
-
-    @staticmethod
-    def _timed_fallback(times: accounting.PhaseTimes, start: int, run, *call):
-        """A fallback under _launch_timed: its time less the launches it made itself
-        (those were added to their own phases)."""
-        nested_before = sum(times.ns)
-        try:
-            return run(*call)
-        finally:
-            times.ns[6] += times.clock() - start - (sum(times.ns) - nested_before)
 
     @staticmethod
     def _profiled_launch(prof, start: int, name: str, choice: KernelChoice, device: DeviceInfo,
@@ -493,6 +492,17 @@ class Launcher:
             _drop(outputs)
             raise
         return outputs
+
+
+def _fall_back(times: accounting.PhaseTimes | None, run, *call):
+    """A call the fallback chain runs; under phase timing, its time (less the launches it
+    made itself, which report their own phases) is the "fallback" phase."""
+    if times is None:
+        return run(*call)
+    try:
+        return run(*call)
+    finally:
+        times.lap(accounting.FALLBACK)
 
 
 def _resizes_an_out(plan: OpPlan, values: list, specs) -> bool:

@@ -1,11 +1,11 @@
-/* fl_runtime.ops._program: the two per-call steps of a replayed launch program, compiled.
+/* fl_runtime.ops.eager._program: the two per-call steps of a replayed launch program, compiled.
  *
  *   call_key(args: tuple) -> tuple
- *       ops/fast_path.call_key for a call without keyword arguments: the same key, value for
+ *       ops/eager/fast_path.call_key for a call without keyword arguments: the same key, value for
  *       value (fast_path.value_key's docstring is the specification; tests/test_compiled_helpers.py
  *       checks the two agree on generated calls);
  *   patch_tensors(address, blob, inputs, outputs, values, outs) -> None
- *       ops/marshal.replay's common sites: copy the template's bytes `blob` to the arena at
+ *       ops/eager/marshal.replay's common sites: copy the template's bytes `blob` to the arena at
  *       `address`, then write each tensor's (storage base, byte offset) pair at its site:
  *       `inputs` holds (at, index into values, itemsize), `outputs` (at, index into outs, itemsize).
  *
@@ -224,9 +224,9 @@ static PyObject *configure(PyObject *module, PyObject *type)
 }
 
 static PyMethodDef methods[] = {
-    {"call_key", call_key, METH_O, "call_key(args: tuple) -> tuple (ops/fast_path.call_key without kwargs)"},
+    {"call_key", call_key, METH_O, "call_key(args: tuple) -> tuple (ops/eager/fast_path.call_key without kwargs)"},
     {"patch_tensors", (PyCFunction)(void (*)(void))patch_tensors, METH_FASTCALL,
-     "patch_tensors(address, blob, inputs, outputs, values, outs) (ops/marshal.replay's tensor sites)"},
+     "patch_tensors(address, blob, inputs, outputs, values, outs) (ops/eager/marshal.replay's tensor sites)"},
     {"configure", configure, METH_O, "configure(torch.Tensor)"},
     {NULL, NULL, 0, NULL},
 };

@@ -23,8 +23,8 @@ from torch.fx.node import map_arg
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fl_runtime.abi.convention import Arena, ArenaFull
-from fl_runtime.ops import fast_path
-from fl_runtime.ops import marshal as _marshal
+from fl_runtime.ops.eager import fast_path
+from fl_runtime.ops.eager import marshal as _marshal
 
 # Ops that return a view without saying so in their schema (no alias annotation): their
 # results share storage with the input, so a plan treats them as the views they are.

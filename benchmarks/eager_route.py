@@ -1,0 +1,169 @@
+"""Eager host cost per op on both routes, beside native PyTorch, in one run.
+
+    python benchmarks/eager_route.py [--rounds 5] [--json out.json]
+
+Columns: native PyTorch on the CPU; fl with the native bridge, whose C++ kernels serve a
+repeated call signature without Python (docs/users/native-bridge.md "Eager ops"); fl on the
+Python route (TORCH_FL_BRIDGE=0, in a child process: the route is fixed at start-up).  The
+rows: tiny ops (`x + 1` on 16 floats, `x.add_(1)`, an 8x8 mm, relu, sum, a view), a batch-1
+MLP training step (~40 ops), and two threads each driving its own device against one thread.
+Rounds alternate between the columns (the machine is shared: `uptime` is printed), each
+keeping its best; the figures are microseconds per op (per step for the MLP).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+CHILD = "--child"
+
+
+def _ops(device: str) -> dict:
+    import torch
+    x = torch.ones(16, device=device)
+    inplace = torch.zeros(16, device=device)
+    a = torch.ones(8, 8, device=device)
+    return {
+        "x + 1": lambda: x + 1,
+        "x.add_(1)": lambda: inplace.add_(1),
+        "mm 8x8": lambda: a @ a,
+        "relu": lambda: torch.relu(x),
+        "sum": lambda: x.sum(),
+        "view": lambda: a.view(64),
+    }
+
+
+def _mlp_step(device: str):
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 10)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.randn(1, 32).to(device)
+    target = torch.randn(1, 10).to(device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(model(data), target)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def _sync(device: str) -> None:
+    import torch
+    if device.startswith("fl"):
+        torch.fl.synchronize()
+
+
+def _best_us(run, device: str, calls: int) -> float:
+    for _ in range(20):
+        run()
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        run()
+    _sync(device)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def _threads_us(devices: list[str], calls: int, in_place: bool) -> float:
+    """Wall time per op of `len(devices)` threads, each running x + 1 (or x.add_(1)) on its
+    own device."""
+    import torch
+    ready = threading.Barrier(len(devices) + 1)
+    done = []
+
+    def drive(device: str) -> None:
+        if device.startswith("fl"):
+            torch.fl.set_device(int(device.split(":")[1]))
+        x = torch.ones(16, device=device)
+        op = x.add_ if in_place else x.add
+        for _ in range(50):
+            op(1)
+        ready.wait()
+        for _ in range(calls):
+            op(1)
+        _sync(device)
+        done.append(time.perf_counter())
+    threads = [threading.Thread(target=drive, args=(d,)) for d in devices]
+    for t in threads:
+        t.start()
+    ready.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    return (max(done) - start) / (calls * len(devices)) * 1e6
+
+
+def measure(device: str, calls: int) -> dict:
+    """One round of every row on `device` ("cpu" or "fl")."""
+    import torch
+    fl = device == "fl"
+    target = "fl:0" if fl else "cpu"
+    figures = {name: _best_us(run, target, calls) for name, run in _ops(target).items()}
+    figures["MLP train step"] = _best_us(_mlp_step(target), target, max(calls // 40, 50))
+    if fl and torch.fl.device_count() >= 2:
+        for name, in_place in (("x + 1", False), ("x.add_(1)", True)):
+            figures[f"{name}, 1 thread"] = _threads_us(["fl:0"], calls, in_place)
+            figures[f"{name}, 2 threads on 2 devices"] = _threads_us(["fl:0", "fl:1"], calls, in_place)
+    return figures
+
+
+def _child(route: str, calls: int) -> dict:
+    env = {**os.environ, "TORCH_FL_BRIDGE": "0" if route == "python" else "1"}
+    out = subprocess.run([sys.executable, __file__, CHILD, str(calls)], capture_output=True, text=True, env=env,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    if sys.argv[1:2] == [CHILD]:
+        import torch
+        torch.set_num_threads(1)
+        import torch_fl  # noqa: F401
+        from fl_runtime import bridge
+        figures = {"cpu": measure("cpu", int(sys.argv[2])), "fl": measure("fl", int(sys.argv[2])),
+                   "bridge": bridge.status().active}
+        print(json.dumps(figures))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=4000)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    best: dict[str, dict[str, float]] = {"native CPU": {}, "fl bridge": {}, "fl Python route": {}}
+    for _ in range(args.rounds):
+        for route, column in (("bridge", "fl bridge"), ("python", "fl Python route")):
+            figures = _child(route, args.calls)
+            assert figures["bridge"] == (route == "bridge"), f"the {route} child ran on the other route"
+            for name, us in figures["fl"].items():
+                best[column][name] = min(us, best[column].get(name, float("inf")))
+            for name, us in figures["cpu"].items():
+                best["native CPU"][name] = min(us, best["native CPU"].get(name, float("inf")))
+    rows = list(best["fl bridge"])
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; uptime: {os.popen('uptime').read().strip()}")
+    print(f"{'row':32} {'native CPU':>11} {'fl bridge':>10} {'fl Python':>10} {'bridge/CPU':>11} {'Python/CPU':>11}")
+    for name in rows:
+        cpu = best["native CPU"].get(name)
+        fast, slow = best["fl bridge"][name], best["fl Python route"].get(name, float("nan"))
+        ratio = (lambda v: f"{v / cpu:10.2f}x") if cpu else (lambda v: f"{'':>11}")
+        print(f"{name:32} {cpu if cpu else float('nan'):11.2f} {fast:10.2f} {slow:10.2f} {ratio(fast)} {ratio(slow)}")
+    for name in ("x + 1", "x.add_(1)"):
+        for column in ("fl bridge", "fl Python route"):
+            one = best[column].get(f"{name}, 1 thread")
+            two = best[column].get(f"{name}, 2 threads on 2 devices")
+            if one and two:
+                print(f"{name}, two threads on two devices: {one / two:.2f}x one thread's throughput ({column})")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(best, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

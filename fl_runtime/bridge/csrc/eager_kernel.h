@@ -1,0 +1,32 @@
+// The PrivateUse1 kernel of every op of the kernel table, in C++: a call whose signature has
+// a recorded launch program runs here without Python - key from the stack (call_key.h),
+// program from the op's table (program_table.h), outputs from the device allocator, the
+// template patched (launch_program.h), the vendor's launch_kernel on the thread's current
+// stream; the GIL is never taken on that path.  Everything else goes to the op's Python
+// kernel (ops/eager/launcher.py), which also records the programs this side then serves
+// (docs/users/native-bridge.md "Eager ops").
+#pragma once
+
+#include <Python.h>
+
+#include <string>
+
+namespace fl_bridge {
+
+// The Python half: `launch_failure(name, device, status)` raises what ops/eager/launcher.py raises
+// for a failed launch; `default_streams` holds each device's default fl_stream (as an int).
+void configure_eager(PyObject* launch_failure, PyObject* default_streams);
+
+// Registers the kernel of aten op `name` ("add.Tensor"): `kernel(*args, **kwargs)` is its
+// Python kernel, `program_of(args, kwargs)` the launch program spec the last call recorded
+// for that signature, or None.
+void register_eager_op(const std::string& name, PyObject* kernel, PyObject* program_of);
+
+// A metadata-only view (view, as_strided ...): PyTorch's CPU kernel, which reads no data.
+void register_view(const std::string& name);
+
+// Python methods: register_eager_op, register_view, configure_eager, set_switch,
+// set_kernel_epoch, take_counts, eager_stats (module.cpp adds them to the module).
+PyMethodDef* eager_methods();
+
+} // namespace fl_bridge
