@@ -6,7 +6,7 @@ For an MLP's forward (inference) and a training step (forward, backward, SGD upd
 with a batch of 8, it measures the time per step of:
 - native PyTorch on the CPU (eager), one intra-op thread;
 - fl eager on the reference vendor;
-- fl replaying a torch.accelerator.Graph captured once (ops/graph_capture.py), the input
+- fl replaying a torch.accelerator.Graph captured once (ops/graph/graph_capture.py), the input
   copied in each step;
 - fl under torch.compile(mode="reduce-overhead") (integration/reduce_overhead.py).
 Every fl step ends with a synchronize, so each figure is a whole step.  Rounds alternate and

@@ -36,12 +36,14 @@ from fl_runtime.errors import (
     UnsupportedOpError,
     VendorError,
 )
-from fl_runtime.integration import process
+from fl_runtime.integration import ipc, process
 from fl_runtime.runtime import Runtime
 from fl_runtime.tools import op_stats
 from fl_runtime.tools.diagnostics import remember_recent_log
 from fl_runtime.tools import torch_profiler
 from fl_runtime.version import __version__
+
+ipc.use_runtime_calls(process.start, process.started)   # fl tensors sent between processes
 
 # Imported at first use: most programs never profile or measure coverage, and these
 # modules (fx tracing, the trace writer) were ~3 ms of every start-up.

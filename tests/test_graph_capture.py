@@ -12,7 +12,7 @@ import torch
 
 from fl_runtime.errors import FLGraphCaptureError
 from fl_runtime.integration import process
-from fl_runtime.ops import graph_capture
+from fl_runtime.ops.graph import graph_capture
 
 
 @pytest.fixture(autouse=True)
@@ -224,7 +224,7 @@ def test_a_training_step_backward_included_replays_like_eager():
 
 def test_a_launch_failing_at_replay_raises_naming_the_op(monkeypatch):
     from fl_runtime.errors import GraphReplayError
-    from fl_runtime.ops import launch_list
+    from fl_runtime.ops.graph import launch_list
     x = torch.ones(4, device="fl")
     graph, _ = _capture(lambda: x.mul(3))
     monkeypatch.setattr(launch_list, "_run_launches", lambda *args: (0, 7))

@@ -245,9 +245,9 @@ def _history_module(rt, *functions) -> types.ModuleType:
 
 
 def _graphs_and_sharing() -> dict:
-    """torch.cuda's graph-pool and IPC calls (ops/graph_capture.py, integration/ipc.py)."""
+    """torch.cuda's graph-pool and IPC calls (ops/graph/graph_capture.py, integration/ipc.py)."""
     from fl_runtime.integration import ipc
-    from fl_runtime.ops import graph_capture
+    from fl_runtime.ops.graph import graph_capture
 
     def is_current_stream_capturing() -> bool:
         return graph_capture.capture_status(torch.accelerator.current_device_index())

@@ -79,14 +79,29 @@ def _device_type(obj) -> str:
     return _untyped(obj).device.type
 
 
+class _RuntimeCalls:
+    """How this module reaches the runtime: given by the package (fl_runtime/__init__.py,
+    use_runtime_calls), so that it imports nothing above it and closes no import circle."""
+    start = started = staticmethod(lambda: None)
+
+
+_runtime_calls = _RuntimeCalls()
+
+
+def use_runtime_calls(start, started) -> None:
+    """`start()` returns the runtime, starting it if need be (a receiving process may not have
+    used fl yet); `started()` returns it or None."""
+    _runtime_calls.start = staticmethod(start)
+    _runtime_calls.started = staticmethod(started)
+
+
 # ---- the sender ------------------------------------------------------------------------------
 def _why_not(storage) -> str | None:
     """Why this fl storage cannot be shared, or None when it can."""
-    from fl_runtime.integration import process
     from fl_runtime.plugins.extensions import ipc_of
     if storage.data_ptr() in _received:
         return "it was received from another process, and received device memory cannot be sent on (as CUDA IPC)"
-    device = process.start().device(storage.device.index)
+    device = _runtime_calls.start().device(storage.device.index)
     if ipc_of(device.plugin) is None:
         return (f"the plugin {device.plugin.name!r} has no inter-process memory (the IPC extension of fl_ipc.h, "
                 "ABI 1.3)")
@@ -95,9 +110,8 @@ def _why_not(storage) -> str | None:
 
 def _export(storage) -> tuple:
     """The rebuild call for `storage`: a handle of its memory, kept alive for the receiver."""
-    from fl_runtime.integration import process
     from fl_runtime.plugins.extensions import ipc_of
-    rt = process.start()
+    rt = _runtime_calls.start()
     index = storage.device.index
     device = rt.device(index)
     rt.synchronize(index)                 # the receiver sees every write made so far
@@ -118,8 +132,7 @@ def collect() -> int:
     """torch.fl.ipc_collect: close what this process received and PyTorch has freed since (the
     runtime releases freed blocks at its next allocation, or here), then drop the sender's hold
     on storages every receiver released; returns how many were dropped."""
-    from fl_runtime.integration import process
-    rt = process.started()
+    rt = _runtime_calls.started()
     for allocator in rt.allocators if rt is not None else ():
         allocator.settle()
     with _lock:
@@ -149,9 +162,8 @@ def _rebuild_empty(index: int):
 def _rebuild_storage(index: int, uuid: str, handle: bytes, offset: int, nbytes: int, marker: str):
     """Unpickled in the receiver: a storage of the sender's memory."""
     from fl_runtime.devices.storage import wrap_block
-    from fl_runtime.integration import process
     from fl_runtime.plugins.extensions import ipc_of
-    rt = process.start()
+    rt = _runtime_calls.start()
     device = rt.device(index)
     if device.uuid != uuid:
         raise FLSharingError(f"an fl storage of device {uuid}", f"this process's fl:{index} is device "
@@ -173,8 +185,7 @@ def _close(opened: _Import) -> None:
     with _lock:
         _received.pop(opened.ptr, None)
     try:
-        from fl_runtime.integration import process
-        process.start().synchronize(opened.device_index)
+        _runtime_calls.start().synchronize(opened.device_index)
         opened.ipc.close(opened.local, opened.base)
     except Exception as exc:  # noqa: BLE001
         logger.error("torch_fl: closing fl memory received from another process failed: %s", exc)

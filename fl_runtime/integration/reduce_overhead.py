@@ -6,7 +6,7 @@ refuse any other device: "skipping cudagraphs due to multiple devices").  For an
 `ReplayedGraph` takes their place, as Inductor's plain `cudagraphify_impl` does for CUDA:
 - the first call runs Inductor's code eagerly (a warm-up: the runtime builds its
   per-signature programs);
-- the second captures it with torch.accelerator.Graph (ops/graph_capture.py) on a side
+- the second captures it with torch.accelerator.Graph (ops/graph/graph_capture.py) on a side
   stream, reading its inputs from static copies, then replays it;
 - each later call copies the inputs into those copies and replays: one C loop over the
   vendor launches, no dispatcher, no Python per op.

@@ -16,6 +16,7 @@ enum Switch : uint32_t {
   kCrossStream = 1u << 1,   // writes are tracked per stream (runtime.order_after_writers)
   kHeldInputs = 1u << 2,    // a failed call's inputs wait for the next op to release them
   kDisabled = 1u << 3,      // the C++ steady state is off (tests, TORCH_FL_BRIDGE_PROGRAMS=0)
+  kCapturing = 1u << 4,     // a graph capture records launches (ops/graph/graph_capture.py)
 };
 
 // Non-zero: every call takes its Python kernel.

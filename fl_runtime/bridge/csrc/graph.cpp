@@ -9,7 +9,7 @@ namespace fl_bridge {
 #ifdef FL_BRIDGE_HAS_GRAPH_IMPL
 namespace {
 
-constexpr const char* kModule = "fl_runtime.ops.graph_capture";
+constexpr const char* kModule = "fl_runtime.ops.graph.graph_capture";
 
 // graph.<method>(*Py_BuildValue(format, ...)) with the GIL; a Python exception is rethrown as
 // torch's python_error, so the user sees FLGraphCaptureError with its message.

@@ -1,5 +1,5 @@
 // torch.accelerator.Graph on fl: PyTorch's GraphImplInterface (ATen/core/GraphImplInterface.h,
-// torch >= 2.13), each call forwarded to a CapturedGraph of fl_runtime/ops/graph_capture.py,
+// torch >= 2.13), each call forwarded to a CapturedGraph of fl_runtime/ops/graph/graph_capture.py,
 // which records the captured stream's vendor launches and replays them (docs/users/graph-capture.md).
 #pragma once
 

@@ -40,7 +40,7 @@ _pending_counts = accounting.pending
 _FOLD_AT = accounting.FOLD_AT
 _DECLINED = abi.ERROR_NOT_SUPPORTED   # launch_kernel's "not these arguments" (see fl_abi.h)
 # The native bridge's switches (bridge/csrc/fast_path_switches.h)
-NATIVE_HOOKED, NATIVE_CROSS_STREAM, NATIVE_HELD_INPUTS, NATIVE_DISABLED = 1, 2, 4, 8
+NATIVE_HOOKED, NATIVE_CROSS_STREAM, NATIVE_HELD_INPUTS, NATIVE_DISABLED, NATIVE_CAPTURING = 1, 2, 4, 8, 16
 _COMPLEX_FL_MASK = sum(1 << _FL_DTYPE[d] for d in (torch.complex32, torch.complex64, torch.complex128)
                        if d in _FL_DTYPE)
 
@@ -145,6 +145,13 @@ class Launcher:
         native.set_kernel_epoch(op_table.epoch())
         native.set_switch(NATIVE_HOOKED, accounting.HOOKED)
         native.set_switch(NATIVE_CROSS_STREAM, self.rt._cross_stream)
+
+    def note_capturing(self, on: bool) -> None:
+        """A graph capture records each launch through the kernel choices' launch_fn
+        (ops/graph/graph_capture.py), which a C++-served call would bypass: while one is active,
+        every call takes its Python kernel."""
+        if self.native is not None:
+            self.native.set_switch(NATIVE_CAPTURING, on)
 
     def note_cross_stream(self) -> None:
         """Writes are tracked per stream from now on (runtime.order_after_writers): the

@@ -33,13 +33,28 @@ from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.errors import FLGraphCaptureError, GraphReplayError
-from fl_runtime.integration import process
 
 _LAUNCH = "fl_status(*)(fl_stream, const fl_kernel_entry *, const fl_arg *, uint32_t)"
 _pool_ids = itertools.count(1)
 _pools: dict[tuple[int, int], MemPool] = {}      # live pools by id (graphs share by id)
 _capturing: dict[int, CapturedGraph] = {}        # device index -> the graph capturing on it
 _lock = threading.Lock()
+
+
+_rt = None      # the runtime, passed in by the bridge (use_runtime): graphs need the bridge
+
+
+def use_runtime(rt) -> None:
+    """Give graph capture the runtime whose devices it records (fl_runtime/bridge install)."""
+    global _rt
+    _rt = rt
+
+
+def _runtime():
+    if _rt is None:
+        raise FLGraphCaptureError("capture", "graph capture needs the native bridge, which is not installed "
+                                  "(docs/users/native-bridge.md)")
+    return _rt
 
 
 def graph_pool_handle() -> tuple[int, int]:
@@ -237,7 +252,7 @@ class _CaptureGuard(TorchDispatchMode):
         devices = {t.device.index for t in tensors if t.device.type == DEVICE_TYPE}
         if devices and devices != {graph.device_index}:
             return False
-        return process.start().streams.current(graph.device_index).key == graph.stream_key
+        return _runtime().streams.current(graph.device_index).key == graph.stream_key
 
 
 _NO_DATA = frozenset({torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default,
@@ -321,7 +336,7 @@ class CapturedGraph:
     def capture_begin(self, pool_id: tuple[int, int] = (0, 0), mode: int = 0) -> None:
         if self.steps or self._program is not None:
             raise FLGraphCaptureError("capture_begin", "this graph holds a capture already; call reset() first")
-        rt = process.start()
+        rt = _runtime()
         index = torch.accelerator.current_device_index()
         stream = rt.streams.current(index)
         with _lock:
@@ -379,6 +394,8 @@ class CapturedGraph:
         allocator.release = _PoolRelease(pool, allocator)
         self._undo.append((delattr, allocator, "allocate_rounded"))
         self._undo.append((delattr, allocator, "release"))
+        rt.launcher.note_capturing(True)
+        self._undo.append((rt.launcher.note_capturing, False))
         chain = rt.launcher.chain
         self._undo.append((delattr, chain, "_cpu"))
         chain._cpu = self._cpu_refused
@@ -434,8 +451,8 @@ class CapturedGraph:
             if not self.steps:
                 raise FLGraphCaptureError("replay", "this graph holds no capture; capture it first")
             self.instantiate()
-        from fl_runtime.ops.launch_list import _run_launches
-        rt = process.start()
+        from fl_runtime.ops.graph.launch_list import _run_launches
+        rt = _runtime()
         stream = rt.streams.current(self.device_index)
         handle = stream.handle
         plugin = rt.device(self.device_index).plugin
