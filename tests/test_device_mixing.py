@@ -86,3 +86,13 @@ def test_cpu_index_tensors_are_moved_to_the_device_as_on_cuda(fl):
 def test_tensor_lists_and_where_with_a_cpu_tensor_raise(fl, fn):
     with pytest.raises(RuntimeError, match=SAME_DEVICE):
         fn(torch.rand(3, device="fl:0"), torch.rand(3))
+
+
+@pytest.mark.parametrize("fn", [torch.add, torch.mul, torch.Tensor.add_])
+def test_tensors_of_two_fl_devices_raise_with_the_way_out(fl, fn):
+    # a vendor kernel's call names both devices and the move (ops PyTorch checks itself before
+    # reaching fl, e.g. logaddexp, keep PyTorch's message)
+    a, b = torch.rand(3, device="fl:0"), torch.rand(3, device="fl:1")
+    with pytest.raises(RuntimeError, match=SAME_DEVICE) as caught:
+        fn(a, b)
+    assert "fl:0 and fl:1" in str(caught.value) and ".to('fl:1')" in str(caught.value)

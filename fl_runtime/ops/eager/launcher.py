@@ -28,7 +28,7 @@ from fl_runtime.ops import accounting, boundary, op_table
 from fl_runtime.ops.eager import fast_path
 from fl_runtime.ops.boundary import leave_runtime
 from fl_runtime.ops.owned.copies import resolve_conj_on_device
-from fl_runtime.ops.fallback.chain import FallbackChain, mixed_devices_error
+from fl_runtime.ops.fallback.chain import FallbackChain, cross_device_error, mixed_devices_error
 from fl_runtime.ops.eager.marshal import MarshalError, marshal, replay
 from fl_runtime.ops.eager.meta_cache import OutputSpecCache
 from fl_runtime.ops.op_table import KernelChoice
@@ -471,8 +471,7 @@ class Launcher:
                 elif found < 0:
                     found = index
                 elif index != found:
-                    raise RuntimeError(f"{plan.name}: expected all tensors on the same device, "
-                                       f"found fl:{found} and fl:{index}")
+                    raise cross_device_error(plan.qualified_name, found, index)
         if cpu_operand and found >= 0:   # as CUDA: only 0-dim CPU tensors mix with device tensors
             raise mixed_devices_error(plan.qualified_name, found)
         if found < 0:
