@@ -87,7 +87,7 @@ def _announce_at_first_use(rt) -> None:
         with lock:
             if rt.__dict__.pop("new_tensor_from_spec", None) is not None:
                 reason, fix = reason_and_fix(detail)
-                logger.warning("the native bridge is off (%s): %s work only partly on fl; %s",
+                logger.warning("the native bridge is off (%s): on fl, %s are unavailable or limited; %s",
                                reason, SERVED_ONLY_BY_IT, fix)
         return original(*args, **kwargs)
     rt.new_tensor_from_spec = first_use

@@ -37,7 +37,7 @@ with tempfile.TemporaryDirectory() as scratch:
     assert imported.returncode == 0, imported.stderr[-2000:]
     lines = [line for line in imported.stderr.splitlines() if line.startswith("import time:")]
     torch_line = next(line for line in lines if line.rstrip().endswith("| torch"))
-    autoloaded = any(line.rstrip().endswith("fl_runtime") for line in lines)
+    autoloaded = any(line.rstrip().endswith("fl_runtime.integration.autoload") for line in lines)
     print(f"import torch: {int(torch_line.split('|')[1]) / 1e6:.2f} s cumulative, "
           f"fl_runtime autoloaded: {autoloaded}")
     assert autoloaded, "the autoload did not run (torch-fl's entry point is missing)"
