@@ -155,6 +155,10 @@ PRIVATE_APIS: dict[str, str] = {
     "torch._inductor.codegen.wrapper.PythonWrapperCodegen": "fl graphs' wrapper code (unchanged)",
     "torch._inductor.custom_graph_pass.CustomGraphModulePass": "the pass that marks an fl graph's lowering",
     "torch._inductor.scheduler.BaseScheduling": "fl's scheduling, which generates no kernels",
+    "torch._inductor.cudagraph_utils.CUDAGraphPolicy": "mode=\"reduce-overhead\" captures fl graphs with "
+                                                       "torch.accelerator.Graph (integration/reduce_overhead)",
+    "torch._prims_common.can_safe_cast_to": "the generic out= kernel refuses an unsafe cast as the CPU does",
+    "torch._C.Generator": "the generator type itself, which the bridge-off refusal subclasses (bridge/off.py)",
 }
 
 
