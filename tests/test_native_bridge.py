@@ -210,3 +210,11 @@ def test_a_device_default_generator_is_not_leaked(fl):
     wrapper = native.default_generator(0)
     owned_once = object()      # held by one local, as `wrapper` is (what getrefcount counts varies by Python)
     assert sys.getrefcount(wrapper) == sys.getrefcount(owned_once)
+
+
+def test_the_sources_reach_cpython_internals_only_through_one_guarded_helper():
+    # CPython 3.13 removed _Py_IsFinalizing: a source naming it builds on 3.10-3.12 only, and the
+    # platform runs (tests/platforms) are where that shows; this says which file at once.
+    csrc = Path(build.__file__).parent / "csrc"
+    users = sorted(p.name for p in csrc.iterdir() if p.suffix in (".cpp", ".h") and "_Py_IsFinalizing" in p.read_text())
+    assert users == ["python_calls.cpp"], f"use fl_bridge::interpreter_gone() (python_calls.h) in {users}"

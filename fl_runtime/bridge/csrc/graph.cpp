@@ -43,7 +43,7 @@ Graph::Graph(at::GraphImplArgs args) {
 }
 
 Graph::~Graph() {
-  if (graph_ == nullptr || !Py_IsInitialized() || _Py_IsFinalizing()) {
+  if (graph_ == nullptr || interpreter_gone()) {
     return;          // the interpreter is gone: the process takes the graph's memory with it
   }
   Gil gil;

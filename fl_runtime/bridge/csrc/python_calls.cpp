@@ -10,16 +10,6 @@ namespace {
 
 PyObject* g_calls = nullptr;
 
-// Whether the interpreter is shutting down.  CPython 3.13 made it public as Py_IsFinalizing and
-// removed _Py_IsFinalizing, the only name 3.10 to 3.12 offer.
-bool is_finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing() != 0;
-#else
-  return _Py_IsFinalizing() != 0;
-#endif
-}
-
 // runtime.<method>(args); a new reference, or nullptr with the Python error set.
 PyObject* vcall(const char* method, const char* format, va_list args) {
   TORCH_CHECK(g_calls != nullptr, "fl bridge: used before install()");
@@ -52,6 +42,17 @@ PyObject* checked(PyObject* result) {
 }
 
 } // namespace
+
+bool interpreter_gone() noexcept {
+  if (!Py_IsInitialized()) {
+    return true;
+  }
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
 
 void set_runtime_calls(PyObject* calls) {
   Py_XINCREF(calls);
@@ -115,7 +116,7 @@ void call_void(const char* method, const char* format, ...) {
 }
 
 void call_quietly(const char* method, const char* format, ...) noexcept {
-  if (g_calls == nullptr || !Py_IsInitialized() || is_finalizing()) {
+  if (g_calls == nullptr || interpreter_gone()) {
     return;
   }
   Gil gil;

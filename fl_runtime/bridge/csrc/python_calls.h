@@ -34,6 +34,11 @@ void call_void(const char* method, const char* format, ...);
 // traceback) instead of thrown, and nothing is called once the interpreter is finalizing.
 void call_quietly(const char* method, const char* format, ...) noexcept;
 
+// Whether the interpreter is gone or shutting down: then nothing may enter Python (a
+// destructor that runs at exit returns early).  Public C API with a version guard (CPython 3.13
+// made the finalizing check public as Py_IsFinalizing and removed the private name).
+bool interpreter_gone() noexcept;
+
 // RAII: the GIL, taken for the scope (PyGILState: any thread, nested or not).
 class Gil {
  public:
