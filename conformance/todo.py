@@ -74,7 +74,7 @@ def trace_all(library: str) -> dict[str, Any]:
             status[op.op] = op.status["fl:0"]
     ops = [{"op": name, "status": status[name], "calls": sum(by.values()), "workloads": dict(by)}
            for name, by in calls.items()]
-    return {"format": FORMAT, "plugin": library, "device": devices[0]["name"] if "name" in devices[0] else "fl:0",
+    return {"format": FORMAT, "plugin": library, "device": devices[0]["device"],
             "traced": traced, "skipped": skipped, "ops": ops, "todo": ranked(ops)}
 
 
