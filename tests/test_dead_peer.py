@@ -82,6 +82,7 @@ if __name__ == "__main__":
 '''
 
 NAMES_THE_PEER = re.compile(r"CollectiveError: .*all_reduce.*rank (\d) \(pid \d+\) died")
+NAMES_A_DEAD_PEER = re.compile(r"CollectiveError: .*rank (\d) \(pid \d+\) died")
 
 
 def test_ddp_rank_killed_mid_all_reduce_fails_the_other_naming_it():
@@ -102,7 +103,10 @@ def test_lightning_rank_killed_mid_all_reduce_fails_the_other_naming_it(tmp_path
                           cwd=tmp_path)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "NO ERROR" not in output, output[-3000:]
-    assert NAMES_THE_PEER.search(output).group(1) == "1", output[-3000:]
+    # Lightning's own collectives (a barrier, a broadcast) may be the ones in flight when the
+    # peer dies on a loaded machine: any collective, naming the dead rank
+    named = NAMES_A_DEAD_PEER.search(output)
+    assert named is not None and named.group(1) == "1", output[-3000:]
     assert time.time() - float((tmp_path / "killed_at").read_text()) < 30, output[-3000:]
 
 

@@ -14,10 +14,31 @@ from hypothesis import strategies as st
 
 from fl_runtime import bridge
 from fl_runtime.ops import accounting
-from fl_runtime.ops.eager.launcher import NATIVE_DISABLED
+from fl_runtime.ops.eager.launcher import NATIVE_CROSS_STREAM, NATIVE_DISABLED
 
 pytestmark = pytest.mark.skipif("not __import__('fl_runtime.bridge', fromlist=['x']).status().active",
                                 reason="the Python route: no C++ kernels to test")
+
+
+@pytest.fixture(autouse=True)
+def _default_stream_only(request):
+    """An earlier test file in this process may have used a second stream, which turns
+    cross-stream write tracking on for good, and with it sends every call to Python
+    (fast_path_switches.h).  These tests are about the default stream: tracking is off for
+    each one, after a device-wide wait (no write is pending on any stream), and back after it.
+    The cross-stream test itself runs in a fresh process."""
+    if "fl" not in request.fixturenames:
+        yield
+        return
+    rt = request.getfixturevalue("fl").runtime()
+    was = rt._cross_stream
+    rt.synchronize()
+    rt._cross_stream = False
+    rt.launcher.native.set_switch(NATIVE_CROSS_STREAM, False)
+    yield
+    rt.synchronize()
+    rt._cross_stream = was
+    rt.launcher.native.set_switch(NATIVE_CROSS_STREAM, was)
 
 
 def _native(fl):

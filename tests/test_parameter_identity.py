@@ -7,6 +7,8 @@ the CPU and compares losses step by step and the final weights.
 """
 import copy
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -162,15 +164,18 @@ def test_after_backward_identity_is_kept(fl):
     assert model.wte.weight is weight and weight.device.type == "fl"
 
 
-def test_a_parameter_held_by_a_live_graph_still_moves_with_a_warning(fl):
-    # swap_tensors refuses a tensor a live graph holds; the conversion must still work
-    # (PyTorch's new Parameter, as before) and say why identity was not kept.
+def test_a_parameter_held_by_a_live_graph_moves_and_keeps_its_identity(fl):
+    # fl tensors now have CPU's shallow-copy type (ops/owned/factories.py, as OpenReg), so
+    # Module._apply sets .data as it does for CUDA: a graph holding the weight does not stop the
+    # move, and no new Parameter object is made (optimizers built before .to() keep theirs).
     model = nn.Linear(3, 2)
     alive = model(torch.ones(1, 3, requires_grad=True)).sum()     # the graph saves the weight
+    weight = model.weight
     expected = model.weight.detach().clone()
-    with pytest.warns(UserWarning, match=r"Linear.weight moves to a new Parameter object"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         model.to("fl:0")
-    assert model.weight.device.type == "fl"
+    assert model.weight is weight and model.weight.device.type == "fl"
     torch.testing.assert_close(model.weight.cpu(), expected, rtol=0, atol=0)
     del alive
 

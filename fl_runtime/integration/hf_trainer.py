@@ -109,8 +109,8 @@ def _refuse_ranks_training_alone() -> None:
     raise FLIntegrationError(
         f"transformers.Trainer with {_world_size()} processes on fl: accelerate set up no process group, "
         "so each rank would train alone. Pass use_cpu=True to TrainingArguments and set "
-        "ACCELERATE_TORCH_DEVICE=fl:<LOCAL_RANK> in each rank (docs/users/lightning-and-hf.md "
-        "\"Hugging Face Trainer\"), or run one process")
+        "ACCELERATE_TORCH_DEVICE=fl:<LOCAL_RANK> in each rank (the section \"Hugging Face Trainer\" "
+        "of docs/users/lightning-and-hf.md), or run one process")
 
 
 def agreed_device(args, device: torch.device) -> torch.device:

@@ -1,5 +1,5 @@
 """`import torch` with torch-fl installed and no native bridge built for the running torch runs
-no compiler (docs/users/native-bridge.md "Where it is built"): every compiler name on PATH is a
+no compiler (docs/users/native-bridge.md "Where it is built, and when"): every compiler name on PATH is a
 stand-in that records its call, the install's prebuilt bridge is set aside and the cache is
 empty.  Prints the import time (-X importtime) and what the first fl use says."""
 import os
