@@ -90,6 +90,19 @@ def test_the_key_changes_with_every_input_of_the_binary(monkeypatch):
     assert chain.key() != key
 
 
+def test_an_edited_abi_header_changes_the_key(monkeypatch, tmp_path):
+    """The bridge includes fl_abi.h by relative path: a header edit changes the binary, so it
+    must change the key (else the stale build would be loaded against the new layout)."""
+    import shutil
+    headers = tmp_path / "include"
+    shutil.copytree(build.ABI_HEADERS, headers)
+    monkeypatch.setattr(build, "ABI_HEADERS", headers)
+    before = build.source_hash()
+    with open(headers / "fl_abi.h", "a") as handle:
+        handle.write("\n/* an edit */\n")
+    assert build.source_hash() != before
+
+
 def test_a_built_bridge_loads_without_a_compiler_and_a_compiler_upgrade_keeps_it(fake_compiler, tmp_path,
                                                                                   monkeypatch):
     """The key names no compiler: a runtime image without one finds the build made for it, and

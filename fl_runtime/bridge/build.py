@@ -10,7 +10,7 @@ every admitted minor.  It is built ahead of time only, never behind an `import t
 
 The key is every input of the binary that can differ on one machine: the PyTorch version and
 build (git revision, C++ ABI flag), the Python ABI (extension suffix) and a hash of the
-bridge's sources.  The compiler is not part of it: the C++ ABI flag pins what the binary must
+bridge's sources and the ABI headers they include.  The compiler is not part of it: the C++ ABI flag pins what the binary must
 match, so a compiler upgrade reuses the build, and finding one needs no compiler (a runtime
 image without one loads the bridge built for it).  `find_built()` looks in the package's
 `_prebuilt/` first, then the cache.  An entry is a folder `<key>/` holding `_fl_bridge.so` and
@@ -39,6 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
+# The ABI headers the bridge includes by relative path (vendor_api.h, launch_program.h): an
+# edit there changes the binary, so they are part of the sources' hash.
+ABI_HEADERS = Path(__file__).resolve().parents[2] / "fl_sdk" / "include"
 LIBRARY = "_fl_bridge.so"
 MANIFEST = "manifest.json"
 # Shipped by a wheel built where torch was importable (setup.py), checked before the cache.
@@ -73,10 +76,11 @@ class Target:
 
 
 def source_hash() -> str:
+    """The bridge's own sources and the ABI headers they include."""
     digest = hashlib.sha256()
-    for path in sorted(CSRC.iterdir()):
-        if path.suffix in (".cpp", ".h"):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    sources = [path for path in sorted(CSRC.iterdir()) if path.suffix in (".cpp", ".h")]
+    for path in sources + sorted(ABI_HEADERS.glob("*.h")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
