@@ -12,11 +12,11 @@ MAIN_TORCH ?= 2.13.0
 # Every other admitted minor (docs/operators/torch-versions.md): `make test` also runs
 # OTHER_TESTS under each, in its own venv (.venv-torch-X.Y.Z), on the very same plugin binary.
 OTHER_TORCHES ?= 2.14.1 2.15.0
-OTHER_TESTS := tests/test_torch_version.py tests/test_architecture.py tests/test_ops.py tests/test_native_ops.py \
-               tests/test_autograd.py tests/test_views_and_inplace.py tests/test_streams.py tests/test_memory.py \
-               tests/test_copies_and_streams.py tests/test_serialization.py tests/test_e2e_training.py \
-               tests/test_compile.py tests/test_sdpa.py tests/test_optimizers.py tests/test_torch_profiler.py \
-               tests/test_graph_path.py tests/test_accelerator.py
+OTHER_TESTS := tests/platforms/test_torch_version.py tests/house/test_architecture.py tests/runtime/test_ops.py tests/runtime/test_native_ops.py \
+               tests/runtime/test_autograd.py tests/runtime/test_views_and_inplace.py tests/runtime/test_streams.py tests/runtime/test_memory.py \
+               tests/runtime/test_copies_and_streams.py tests/runtime/test_serialization.py tests/e2e/test_e2e_training.py \
+               tests/runtime/test_compile.py tests/runtime/test_sdpa.py tests/runtime/test_optimizers.py tests/runtime/test_torch_profiler.py \
+               tests/runtime/test_graph_path.py tests/runtime/test_accelerator.py
 # Our own builds hold C and C++ to -Wall -Wextra -Werror (fl_sdk/build.py, the bridge's build.py);
 # a user's `pip install` and `fl-sdk build` do not (their newer compiler may warn where ours did not).
 export FL_WERROR ?= 1
@@ -28,7 +28,7 @@ PLATFORM_LOG ?= .platforms.log
 # overnight; `make refresh-constraints` moves it to the newest releases the ranges admit.
 CONSTRAINTS := .ci/constraints.txt
 
-.PHONY: demo test test-other-torches test-platforms test-python-route bench build install clean refresh-constraints docs opencl opencl-deps
+.PHONY: demo test test-level test-other-torches test-platforms test-python-route bench build install clean refresh-constraints docs opencl opencl-deps
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -47,7 +47,7 @@ demo: build
 
 # The OpenCL plugin (plugins/opencl, docs/vendors/opencl-plugin.md) runs its tests on PoCL, OpenCL
 # on the host CPU.  opencl-deps installs the Debian packages it needs when one is missing and
-# apt-get can (root; CI); elsewhere nothing is installed and tests/test_opencl_plugin.py skips,
+# apt-get can (root; CI); elsewhere nothing is installed and tests/abi/test_opencl_plugin.py skips,
 # naming the missing package.  opencl installs the plugin package into its own directory, not
 # into the venv: its entry point would add a device to every other test's process (and, as
 # "opencl" sorts before "reference", renumber fl:0); the OpenCL tests put it on PYTHONPATH.
@@ -84,14 +84,24 @@ test: build opencl
 	echo "---- platforms $(PLATFORMS), exit status $$platformrc (log: $(PLATFORM_LOG))"; cat $(PLATFORM_LOG); \
 	test $$main -eq 0 && test $$route -eq 0 && test $$otherrc -eq 0 && test $$platformrc -eq 0
 
+# One level of the suite (docs/contributors/testing.md "Layout of the tests"), with the same set-up
+# as `make test`: make test-level LEVEL=runtime (abi, runtime, e2e, sdk, platforms, house).
+ifneq ($(filter test-level,$(MAKECMDGOALS)),)
+ifeq ($(strip $(LEVEL)),)
+$(error name a level: make test-level LEVEL=runtime (a folder of tests/))
+endif
+endif
+test-level: build opencl
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m $(LEVEL)
+
 test-other-torches: $(foreach v,$(OTHER_TORCHES),test-torch-$(v))
 
 # The Python route (TORCH_FL_BRIDGE=0: no native bridge, every eager op through the Python
 # kernels; docs/users/native-bridge.md) on the runtime and end-to-end subsets, so both routes
 # stay correct: the main suite runs on the bridge.  A few minutes on two cores.
-PYTHON_ROUTE_TESTS ?= tests/test_ops.py tests/test_native_ops.py tests/test_autograd.py \
-	tests/test_views_and_inplace.py tests/test_streams.py tests/test_copies_and_streams.py \
-	tests/test_fast_path.py tests/test_host_cost_phases.py tests/test_profiler.py tests/test_e2e_training.py
+PYTHON_ROUTE_TESTS ?= tests/runtime/test_ops.py tests/runtime/test_native_ops.py tests/runtime/test_autograd.py \
+	tests/runtime/test_views_and_inplace.py tests/runtime/test_streams.py tests/runtime/test_copies_and_streams.py \
+	tests/runtime/test_fast_path.py tests/runtime/test_host_cost_phases.py tests/runtime/test_profiler.py tests/e2e/test_e2e_training.py
 test-python-route: build
 	TORCH_FL_BRIDGE=0 HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -p no:cacheprovider $(PYTHON_ROUTE_TESTS)
 
@@ -130,7 +140,7 @@ bench: build
 	$(PY) benchmarks/bench.py
 
 # The documentation site (mkdocs.yml) into site/, strict: a broken link, anchor or nav entry
-# fails.  tests/test_docs.py runs the same build in `make test`.
+# fails.  tests/house/test_docs.py runs the same build in `make test`.
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 

@@ -120,7 +120,7 @@ class PlatformDistribution(Distribution):
 
 # The compiled helpers (fl_runtime/compiled.py).  Optional: a failed compile warns and the
 # package runs their Python versions.  No -Werror here (another compiler or Python's headers
-# may warn); tests/test_compiled_helpers.py compiles them with -Wall -Wextra -Werror.
+# may warn); tests/runtime/test_compiled_helpers.py compiles them with -Wall -Wextra -Werror.
 _helpers = _load_by_path(ROOT / "fl_runtime" / "compiled.py")
 COMPILED_HELPERS = [Extension(name, [_helpers.source_of(name)], include_dirs=list(_helpers.INCLUDE_DIRS),
                               extra_compile_args=["-std=c11", "-O2"], optional=True) for name in _helpers.HELPERS]

@@ -10,7 +10,7 @@ the fl and CPU generators differ, and dropout would make the losses incomparable
 
     PYTHONPATH=$PWD python benchmarks/models_report.py
 
-tests/test_hf_models.py runs the same cases and asserts on them.
+tests/e2e/test_hf_models.py runs the same cases and asserts on them.
 """
 from __future__ import annotations
 

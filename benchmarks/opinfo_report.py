@@ -11,7 +11,7 @@ prints that pass rate: the native rate.  The first sweep also counts samples
 whose every op ran on a vendor kernel, which should agree.
 Failures are grouped by reason.  Samples whose CPU result is itself random
 (two seeded CPU runs differ) or raises on the CPU are not counted.
-tests/test_opinfo.py runs a deterministic subset of this.
+tests/runtime/test_opinfo.py runs a deterministic subset of this.
 """
 from __future__ import annotations
 

@@ -12,12 +12,12 @@ conformance.numerics attaches them to the output's Reference (`also`).
   scalar `(x <= min || x >= max) ? 0 : grad`, vector `((x > min) & (x < max)) & grad`.
   For x = NaN the scalar body passes grad through and the vector body gives 0 (a
   4094-element tensor with NaN at 0 and at the end gets 0 and grad).
-  tests/test_conformance_units.py checks that PyTorch still behaves so.
+  tests/abi/test_conformance_units.py checks that PyTorch still behaves so.
 - abs on float8 (aten/src/ATen/native/cpu/UnaryOpsKernel.cpp, abs_kernel): the scalar body
   goes through float (`std::abs`), so -0 gives +0 and a NaN the positive NaN pattern; the
   vector body on a 64-element chunk compares and negates in the format, and keeps the sign
   bit of -0 and of NaN.  A 256-element float8 tensor gets the vector answer, an 8-element
-  one the scalar answer.  tests/test_conformance_units.py checks that too.
+  one the scalar answer.  tests/abi/test_conformance_units.py checks that too.
 """
 from __future__ import annotations
 

@@ -144,7 +144,7 @@ def scaled_mm_reference(self, mat2, scale_a, scale_b, bias=None, scale_result=No
     references make, the same formula in float64 as PyTorch's CPU computes it (2.13): the
     product, times both scales, plus bias, and only then, only with a bias and a float8
     output, divided by scale_result (without a bias its CPU kernel ignores scale_result;
-    tests/test_conformance_units.py pins that)."""
+    tests/abi/test_conformance_units.py pins that)."""
     if self.dtype in FP8_DTYPES:
         return torch._scaled_mm(self, mat2, scale_a=scale_a, scale_b=scale_b, bias=bias, scale_result=scale_result,
                                 out_dtype=out_dtype, use_fast_accum=use_fast_accum)

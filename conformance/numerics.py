@@ -33,7 +33,7 @@ _ACCUMULATES = {"mean": "sum", "mean.dim": "sum.dim_IntList"}
 # composites at::group_norm / at::layer_norm and autograd call them, and all pass
 # contiguous tensors).  The ABI hands a kernel strides, and a kernel must honour them; so for these
 # ops the expected values come from contiguous copies of the inputs (same values, the
-# layout PyTorch's own callers give).  tests/test_conformance_units.py checks that
+# layout PyTorch's own callers give).  tests/abi/test_conformance_units.py checks that
 # PyTorch still behaves so.
 CPU_READS_AS_CONTIGUOUS = frozenset({"native_group_norm", "native_group_norm_backward",
                                      "native_layer_norm_backward"})

@@ -371,7 +371,7 @@ def rerecorded_event_moves(dev: Device, busy: Busy, a, b, target: int, rounds: i
 # ---- a record is work of its stream -------------------------------------------------
 
 # The window a plugin can get wrong is a few instructions wide: a reference-vendor mutant
-# with it (tests/test_conformance_mutants.py) answered stale in 1 to 150 of 5,000 rounds, so
+# with it (tests/abi/test_conformance_mutants.py) answered stale in 1 to 150 of 5,000 rounds, so
 # the probe runs at least this many rounds and at least this long.
 COMPLETION_ROUNDS = 5000
 COMPLETION_SECONDS = 1.0

@@ -1,7 +1,7 @@
 """Refuse, at import, a PyTorch outside the window this release was tested with.
 
 The window lives once, in fl_runtime/version.py (TORCH_WINDOW); pyproject.toml's
-dependency on torch repeats only its lower bound (tests/test_torch_version.py checks
+dependency on torch repeats only its lower bound (tests/platforms/test_torch_version.py checks
 that they agree), so that pip never downgrades a newer torch to satisfy Torch-FL.
 """
 from __future__ import annotations
@@ -82,7 +82,7 @@ def check_torch_version(version: str | None = None) -> None:
 
 # ---- what the runtime takes from PyTorch beyond its public API ------------------------
 # One line per private entry point fl_runtime uses, with why; how a new minor is admitted:
-# docs/contributors/private-pytorch-names.md "Admitting a new minor".  tests/test_torch_version.py checks
+# docs/contributors/private-pytorch-names.md "Admitting a new minor".  tests/platforms/test_torch_version.py checks
 # that every name here exists in the running PyTorch and that the runtime uses no private
 # name missing from this table, under each supported minor in CI.
 #

@@ -1,14 +1,17 @@
-"""Shared test set-up: hypothesis profiles and a runner for fresh-process checks.
+"""Shared test set-up: levels, hypothesis profiles and a runner for fresh-process checks.
 
 The runtime is process-global (one PyTorch backend per process), so tests that
 need another config, plugin set or a crash run in a subprocess.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,33 @@ from hypothesis import HealthCheck, settings
 from fl_runtime.bridge import build as bridge_build
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+# One folder per test level (docs/contributors/testing.md "Layout of the tests").  Test modules
+# import each other and the helpers beside this file by basename (`from test_certificate import
+# issue`, `from rank_runner import run_ranks`), so every level folder is on sys.path, as
+# pytest's default import mode already requires basenames unique across the folders.
+LEVELS = tuple(sorted(folder.name for folder in TESTS.iterdir()
+                     if folder.is_dir() and any(folder.glob("test_*.py"))))
+sys.path[:0] = [str(TESTS / level) for level in LEVELS if str(TESTS / level) not in sys.path]
+
+
+@pytest.hookimpl(tryfirst=True)      # before `-m` selects: the level markers must be on by then
+def pytest_collection_modifyitems(config, items):
+    """Each test carries its level's marker, the name of its folder (`pytest -m runtime`); the
+    markers are registered in pyproject.toml, so a new level folder must be registered too."""
+    unplaced = set()
+    for item in items:
+        if TESTS not in item.path.parents:
+            continue                 # not one of this suite's tests
+        level = item.path.relative_to(TESTS).parts[0]
+        if level == item.path.name:
+            unplaced.add(level)
+        else:
+            item.add_marker(level)
+    if unplaced:
+        where = 'docs/contributors/testing.md "Layout of the tests"'
+        raise pytest.UsageError(f"test files outside a level folder: {', '.join(sorted(unplaced))}; move each into "
+                                f"the folder of its level ({', '.join(LEVELS)}: {where})")
 
 settings.register_profile("ci", max_examples=25, derandomize=True, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
@@ -63,3 +93,30 @@ def fl():
     import torch_fl
     assert torch_fl.list_devices(), torch_fl.why_no_devices()
     return torch_fl
+
+
+@pytest.fixture(scope="session")
+def build_plugin(tmp_path_factory):
+    """build_plugin(source, *flags, output=None) -> the shared library compiled from one C source
+    with fl_sdk's compiler and flags (fl_sdk/build.py), -Werror, fl_sdk's headers on the include
+    path; `flags` follow (-D..., -l...).  Built once per session per source text and flags;
+    `output` gets a copy (a test that needs the library under a name or in a folder of its own)."""
+    from fl_sdk import INCLUDE_DIR
+    from fl_sdk.build import BASE_FLAGS, compiler
+    built: dict[str, Path] = {}
+    lock = threading.Lock()
+
+    def build(source: Path | str, *flags: str, output: Path | None = None) -> Path:
+        source = Path(source)
+        key = hashlib.sha256(source.read_bytes() + "\0".join(flags).encode()).hexdigest()
+        with lock:
+            if key not in built:
+                library = tmp_path_factory.mktemp("plugins") / f"lib{source.stem}.so"
+                subprocess.run([compiler(), *BASE_FLAGS, "-Werror", f"-I{INCLUDE_DIR}", str(source), *flags,
+                                "-o", str(library)], check=True)
+                built[key] = library
+        if output is None:
+            return built[key]
+        shutil.copy2(built[key], output)
+        return Path(output)
+    return build

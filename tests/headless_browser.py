@@ -1,4 +1,4 @@
-"""A headless Chromium driven over the DevTools protocol on a pipe, for tests/test_docs.py.
+"""A headless Chromium driven over the DevTools protocol on a pipe, for tests/house/test_docs.py.
 
 Chromium's `--remote-debugging-pipe` reads protocol commands from its fd 3 and writes
 answers and events to its fd 4, each message JSON ended by a NUL byte: no WebSocket, no

@@ -1,4 +1,4 @@
-"""A tiny data-parallel job that tests/test_multihost.py runs with torchrun on every namespace host.
+"""A tiny data-parallel job that tests/e2e/test_multihost.py runs with torchrun on every namespace host.
 
     torchrun ... multihost_train.py --out DIR [--strategy ddp] [--steps 6] [--every 2] [--ckpt DIR]
                                     [--pause-at STEP] [--timeout S]

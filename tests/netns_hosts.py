@@ -12,7 +12,7 @@ here talks to any address but those it made.
 
 `remove()` (also `__exit__`) kills every process left in the namespaces and
 deletes them: the veth pairs and the bridge go with their namespaces, and the
-mounts with the processes' mount namespaces.  Used by tests/test_multihost.py
+mounts with the processes' mount namespaces.  Used by tests/e2e/test_multihost.py
 and benchmarks/multihost.py:
 
     with NetnsHosts(2, workdir) as hosts:

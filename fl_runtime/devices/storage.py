@@ -54,7 +54,7 @@ DL_DTYPES = {  # torch dtype -> (DLPack type code, bits)
     torch.uint8: (1, 8), torch.bool: (6, 8), torch.complex64: (5, 64),
     # float8: DLPack 1.1's codes (kDLFloat8_e4m3fn 10, _e4m3fnuz 11, _e5m2 12, _e5m2fnuz 13), which
     # torch.from_dlpack accepts in the unversioned capsule this module hands it from torch 2.13
-    # on (tests/test_fp8.py checks the round trip); docs/vendors/fp8.md says why not uint8 bytes.
+    # on (tests/runtime/test_fp8.py checks the round trip); docs/vendors/fp8.md says why not uint8 bytes.
     torch.float8_e4m3fn: (10, 8), torch.float8_e4m3fnuz: (11, 8), torch.float8_e5m2: (12, 8),
     torch.float8_e5m2fnuz: (13, 8),
 }

@@ -1,6 +1,6 @@
 /*
  * complex_mm.c -- a complex64 `mm` for the reference plugin, for the tests of
- * conjugate views (tests/test_conj_inputs.py).
+ * conjugate views (tests/runtime/test_conj_inputs.py).
  *
  * The reference vendor declares no complex kernels.  The test rebuilds it with
  * a copy of kernels/matmul.c whose "mm" registration adds complex64 to the

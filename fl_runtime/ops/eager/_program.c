@@ -2,7 +2,7 @@
  *
  *   call_key(args: tuple) -> tuple
  *       ops/eager/fast_path.call_key for a call without keyword arguments: the same key, value for
- *       value (fast_path.value_key's docstring is the specification; tests/test_compiled_helpers.py
+ *       value (fast_path.value_key's docstring is the specification; tests/runtime/test_compiled_helpers.py
  *       checks the two agree on generated calls);
  *   patch_tensors(address, blob, inputs, outputs, values, outs) -> None
  *       ops/eager/marshal.replay's common sites: copy the template's bytes `blob` to the arena at

@@ -7,7 +7,7 @@ on fl.  A few decompositions that real models need end in ops no vendor can have
 back.  For those, this table gives a decomposition written
 with ATen ops a vendor has; `generic.decomposition_of` consults it first.  Each
 entry is checked on meta tensors like PyTorch's (nothing here is trusted blindly),
-and each is tested against the CPU in tests/test_extra_decompositions.py.
+and each is tested against the CPU in tests/runtime/test_extra_decompositions.py.
 
 Every function is written with whole-tensor ops only (no Python loop over elements,
 no `.item()`): the meta trace must see the same calls the real run makes.
