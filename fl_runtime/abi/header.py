@@ -9,10 +9,14 @@ The ABI is fl_abi.h plus one header per optional feature set beside it
 Each marks the plain-C region cffi can parse between FL_CDEF_BEGIN and
 FL_CDEF_END; `read_cdef` joins fl_abi.h's region with those of every sibling
 header that has the markers, in file-name order, so a new extension header is
-read without a list to keep in step.
+read without a list to keep in step.  The regions also hold each size-prefixed
+struct's FL_DEFINE_STRUCT_TRAITS line right after the struct (fl_abi.h, "STRUCT
+SIZES"): a macro cffi cannot parse, so the extraction drops those lines, and
+`struct_traits` reads them (the header tests hold each to its struct's last field).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,13 +25,23 @@ if TYPE_CHECKING:
 
 CDEF_BEGIN, CDEF_END = "/* FL_CDEF_BEGIN */", "/* FL_CDEF_END */"
 CORE_HEADER = "fl_abi.h"
+# One whole line per size-prefixed struct: FL_DEFINE_STRUCT_TRAITS(type, last_field);
+_TRAITS_LINE = re.compile(r"^FL_DEFINE_STRUCT_TRAITS\((\w+), (\w+)\);[ \t]*\n", re.M)
 
 
 def cdef_region(header_text: str, header_path: object = CORE_HEADER) -> str:
     """The plain-C region cffi can parse, between one header's FL_CDEF markers."""
     if CDEF_BEGIN not in header_text or CDEF_END not in header_text:
         raise RuntimeError(f"{header_path} lacks the {CDEF_BEGIN} / {CDEF_END} markers cffi reads")
-    return header_text.split(CDEF_BEGIN, 1)[1].split(CDEF_END, 1)[0]
+    region = header_text.split(CDEF_BEGIN, 1)[1].split(CDEF_END, 1)[0]
+    return _TRAITS_LINE.sub("", region)
+
+
+def struct_traits(header_path: object) -> dict[str, str]:
+    """Each size-prefixed struct of the ABI whose core header is `header_path`, with the last
+    field its FL_DEFINE_STRUCT_TRAITS line names."""
+    return {name: last for path in abi_headers(header_path)
+            for name, last in _TRAITS_LINE.findall(path.read_text(encoding="utf-8"))}
 
 
 def abi_headers(header_path: object) -> list[Path]:

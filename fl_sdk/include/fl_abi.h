@@ -1,20 +1,31 @@
 /*
  * fl_abi.h -- the Torch-FL vendor plugin ABI.
  *
- * This header is the single source of truth for the contract between the
- * Torch-FL runtime and a vendor plugin.  The runtime's cffi declarations are
- * read from the region between FL_CDEF_BEGIN and FL_CDEF_END below, so that
- * region holds only plain C declarations (no macros beyond integer #defines).
+ * This header is the one normative text of the contract between the Torch-FL
+ * runtime and a vendor plugin; docs/vendors/abi.md explains it and links here.
+ * The rules come first (this comment: COMPATIBILITY PROMISE, STRUCT SIZES,
+ * OUTPUT STRUCTS, CALLS, EXTENSIONS, POINTER LIFETIMES, LIFECYCLE, THREADING,
+ * ERRORS, ADDRESSES), then the declarations, each size-prefixed struct
+ * followed by its FL_DEFINE_STRUCT_TRAITS line, then fl_api and the entry
+ * point.  Optional feature sets have headers of their own beside this one
+ * (fl_collectives.h, fl_host_memory.h, fl_ipc.h), written the same way.
+ *
+ * The runtime's cffi declarations are read from the region between
+ * FL_CDEF_BEGIN and FL_CDEF_END of each header, so that region holds only
+ * plain C declarations, integer #defines and FL_DEFINE_STRUCT_TRAITS lines
+ * (the reader drops those; fl_runtime/abi/header.py).
  *
  * COMPATIBILITY PROMISE (ABI major 1)
  *  - A plugin exports one symbol, fl_plugin_get_api (FL_PLUGIN_ENTRY_SYMBOL).
  *    The runtime calls it with the highest ABI version it speaks; the plugin
  *    answers with its function table, or FL_ERROR_INCOMPATIBLE_ABI.
  *  - Within a major version, structs and the function table only ever grow at
- *    the end.  Every struct starts with `size_t struct_size`, set by whoever
- *    fills the struct to the size it knows.  A reader uses a field only when
- *    struct_size covers it (FL_STRUCT_HAS_FIELD); a newer caller may pass a
- *    larger struct and an older callee reads only the fields it knows.
+ *    the end.  Every struct starts with `size_t struct_size` (an extension
+ *    struct with its fl_extension_base, whose struct_size is the whole
+ *    struct's), set by whoever fills the struct to the size it knows.  A reader
+ *    uses a field only when struct_size covers it (FL_STRUCT_HAS_FIELD); a
+ *    newer caller may pass a larger struct and an older callee reads only the
+ *    fields it knows.
  *  - The runtime accepts any plugin whose major equals FL_ABI_VERSION_MAJOR and
  *    whose minor is at least FL_ABI_MIN_SUPPORTED_MINOR.  A plugin built against
  *    an older minor keeps loading; functions it does not have (table too short)
@@ -27,35 +38,49 @@
  *    abi_version and last_error_message from it, to say why.
  *  - CHANGELOG.md beside this header says, per minor, what was added and what
  *    a plugin of an older minor keeps doing.  Optional feature sets live in
- *    headers of their own (fl_collectives.h, fl_host_memory.h), each with its
- *    FL_CDEF region; this header includes fl_collectives.h (1.1 code that found
- *    the collectives here keeps compiling); include the others where you use them.
+ *    headers of their own (fl_collectives.h, fl_host_memory.h, fl_ipc.h), each
+ *    with its FL_CDEF region; this header includes fl_collectives.h (1.1 code
+ *    that found the collectives here keeps compiling); include the others
+ *    where you use them.
  *  - Enums are 32-bit (pinned by FL_..._FORCE_32BIT), integers fixed-width.
  *  - Device addresses (fl_devptr) are opaque to the runtime: it never
  *    dereferences them and only passes (address, byte offset) pairs back.
  *
- * THREADING: every function may be called from any host thread.  Work
- * enqueued on one stream runs in FIFO order; work on different streams is
- * unordered unless ordered by events.
- *
- * ERRORS: every function returns an fl_status.  After a non-success status,
- * fl_api.last_error_message() returns a human-readable message for the last
- * failed call made on the calling thread (valid until that thread's next
- * failing call; successful calls leave it alone).  Errors raised by
- * asynchronous work are sticky on their stream and are returned, once, by the
- * next stream_synchronize/stream_query on it.
+ * STRUCT SIZES: FL_DEFINE_STRUCT_TRAITS(type, last_field), right after each
+ * size-prefixed struct, defines type_STRUCT_SIZE, the size of `type` up to and
+ * including its last field: what a caller puts in struct_size.  When a later
+ * minor appends a field, the traits line names the new last field, and a
+ * callee still accepts the shorter size of the minor that introduced the call,
+ * reading the new field only when FL_STRUCT_HAS_FIELD says it is there.
  *
  * OUTPUT STRUCTS: for a struct the caller allocates and the plugin fills
  * (device_properties), the caller sets struct_size to what it allocated; the
  * plugin fills only whole fields that size covers and writes back the size it
  * filled.
  *
- * STRUCT SIZES: FL_DEFINE_STRUCT_TRAITS(type, last_field) (after the
- * declarations below) defines type_STRUCT_SIZE, the size of `type` up to and
- * including its last field: what a caller puts in struct_size.  When a later
- * minor appends a field, the traits line names the new last field, and a
- * callee still accepts the shorter size of the minor that introduced the call,
- * reading the new field only when FL_STRUCT_HAS_FIELD says it is there.
+ * CALLS.  Every function added from ABI 1.1 on takes one arguments struct,
+ * whose first field is struct_size: the caller sets it to the size of the
+ * struct it knows, so a later minor can append parameters and an older plugin
+ * reads only what it knows (FL_STRUCT_HAS_FIELD).  Output fields live in the
+ * same struct.  An args pointer is only valid during the call; the plugin
+ * copies what it keeps.  Every arguments struct carries `extension_start`: a
+ * chain of fl_extension_base-headed structs the caller may attach for optional
+ * parameters of that call (NULL when none; a callee skips types it does not
+ * know), as PJRT's calls do: the second field of every arguments struct from
+ * ABI 1.2 on.  The 1.1 collectives structs (fl_collectives.h) predate this
+ * and keep their layout: ABI 1.4 appends their extension_start as their last
+ * field, read only when struct_size covers it.  Every such call answers
+ * FL_ERROR_INVALID_POINTER for a NULL args pointer and FL_ERROR_INVALID_VALUE
+ * for a struct_size smaller than the struct had in the minor that introduced
+ * the call.
+ *
+ * EXTENSIONS (ABI 1.1).  Optional feature sets hang off fl_api.extension_start
+ * as a singly linked chain, each starting with an fl_extension_base (the
+ * pattern of OpenXLA's PJRT C API): a reader walks `next` until NULL, uses the
+ * entry whose `type` it knows, and skips the rest.  A plugin that offers none
+ * leaves extension_start NULL.  Each extension struct only grows at its end
+ * (its base.struct_size says how far the plugin filled it) and a NULL function
+ * pointer in it means "not offered".  Every entry lives as long as the plugin.
  *
  * POINTER LIFETIMES (what the plugin hands the runtime):
  *  - the fl_api table, its fl_plugin_info and every string that record points
@@ -88,6 +113,17 @@
  * runtime in fl_plugin_get_api (see COMPATIBILITY PROMISE); one that sets up
  * lazily serves it.
  *
+ * THREADING: every function may be called from any host thread.  Work
+ * enqueued on one stream runs in FIFO order; work on different streams is
+ * unordered unless ordered by events.
+ *
+ * ERRORS: every function returns an fl_status.  After a non-success status,
+ * fl_api.last_error_message() returns a human-readable message for the last
+ * failed call made on the calling thread (valid until that thread's next
+ * failing call; successful calls leave it alone).  Errors raised by
+ * asynchronous work are sticky on their stream and are returned, once, by the
+ * next stream_synchronize/stream_query on it.
+ *
  * ADDRESSES: a copy or tensor may point anywhere inside a live allocation
  * (base + offset); fl_free takes exactly what fl_malloc returned.  Host<->device
  * copies and memset act on the device of the stream they are enqueued on.
@@ -118,7 +154,7 @@ extern "C" {
 
 /* FL_CDEF_BEGIN */
 #define FL_ABI_VERSION_MAJOR 1
-#define FL_ABI_VERSION_MINOR 3
+#define FL_ABI_VERSION_MINOR 4
 #define FL_ABI_MIN_SUPPORTED_MINOR 0
 #define FL_NAME_MAX 64
 #define FL_UUID_MAX 40
@@ -183,6 +219,23 @@ typedef struct fl_abi_version {
     uint32_t major;
     uint32_t minor;
 } fl_abi_version;
+FL_DEFINE_STRUCT_TRAITS(fl_abi_version, minor);
+
+/* ---- the extension chain ("EXTENSIONS" above; ABI 1.1) ---------------------- */
+typedef enum fl_extension_type {
+    FL_EXTENSION_COLLECTIVES = 1,      /* fl_collectives_extension (fl_collectives.h, ABI 1.1) */
+    FL_EXTENSION_HOST_MEMORY = 2,      /* fl_host_memory_extension (fl_host_memory.h, ABI 1.2) */
+    FL_EXTENSION_IPC = 3,              /* fl_ipc_extension (fl_ipc.h, ABI 1.3) */
+    FL_EXTENSION_TYPE_FORCE_32BIT = 0x7fffffff
+} fl_extension_type;
+
+typedef struct fl_extension_base {
+    size_t struct_size;                    /* of the whole extension struct, as the plugin filled it */
+    int32_t type;                          /* fl_extension_type */
+    uint32_t flags;                        /* reserved, 0 */
+    const struct fl_extension_base *next;  /* the next extension, or NULL */
+} fl_extension_base;
+FL_DEFINE_STRUCT_TRAITS(fl_extension_base, next);
 
 typedef struct fl_device_properties {
     size_t struct_size;
@@ -196,6 +249,7 @@ typedef struct fl_device_properties {
     uint32_t multiprocessor_count;    /* compute units, informational */
     uint32_t flags;                   /* reserved, 0 */
 } fl_device_properties;
+FL_DEFINE_STRUCT_TRAITS(fl_device_properties, flags);
 
 /* ---- kernel calling convention -------------------------------------------
  * A kernel receives the ATen op's schema arguments in schema order (keyword-
@@ -248,6 +302,7 @@ typedef struct fl_tensor {   /* an FL_ARG_TENSOR's value is never NULL */
     const int64_t *sizes;     /* ndim entries */
     const int64_t *strides;   /* ndim entries, in elements, >= 0 (0 = broadcast) */
 } fl_tensor;
+FL_DEFINE_STRUCT_TRAITS(fl_tensor, strides);
 
 typedef enum fl_arg_kind {
     FL_ARG_NONE = 0,
@@ -294,6 +349,7 @@ typedef struct fl_kernel_entry {
     uint32_t flags;           /* reserved, 0 */
     const void *impl;         /* vendor-private; passed back to launch_kernel */
 } fl_kernel_entry;
+FL_DEFINE_STRUCT_TRAITS(fl_kernel_entry, impl);
 
 typedef struct fl_plugin_info {
     size_t struct_size;
@@ -302,15 +358,17 @@ typedef struct fl_plugin_info {
     const char *device_type;   /* the config's devices[].type, e.g. "reference" */
     const char *plugin_version;
 } fl_plugin_info;
+FL_DEFINE_STRUCT_TRAITS(fl_plugin_info, plugin_version);
 
 /* ---- ABI 1.2: the arguments structs of the table's 1.2 calls ----------------
- * ("CALLS" below says the rule; "LIFECYCLE" above when the runtime calls them) */
+ * ("CALLS" above says the rule, "LIFECYCLE" when the runtime calls them) */
 typedef struct fl_plugin_initialize_args {
     size_t struct_size;
     const struct fl_extension_base *extension_start;
     uint32_t runtime_major;          /* the ABI the runtime speaks (it negotiated this major) */
     uint32_t runtime_minor;
 } fl_plugin_initialize_args;
+FL_DEFINE_STRUCT_TRAITS(fl_plugin_initialize_args, runtime_minor);
 /* plugin_initialize: FL_SUCCESS once the driver is usable (again: a repeated
  * call only counts); any error refuses the plugin with last_error_message
  * (e.g. FL_ERROR_DRIVER: the chip's driver is missing or too old). */
@@ -319,6 +377,7 @@ typedef struct fl_plugin_teardown_args {
     size_t struct_size;
     const struct fl_extension_base *extension_start;
 } fl_plugin_teardown_args;
+FL_DEFINE_STRUCT_TRAITS(fl_plugin_teardown_args, extension_start);
 /* plugin_teardown: releases what the matching plugin_initialize set up, on the
  * last of the pairs (see "LIFECYCLE"); FL_ERROR_INVALID_VALUE when no
  * initialisation is left to tear down. */
@@ -332,6 +391,7 @@ typedef struct fl_stream_create_args {
                                       * priorities treats every value as 0 */
     fl_stream stream;                /* out; destroyed with stream_destroy */
 } fl_stream_create_args;
+FL_DEFINE_STRUCT_TRAITS(fl_stream_create_args, stream);
 /* stream_create_ex: as stream_create, same statuses. */
 
 typedef struct fl_launch_kernel_args {
@@ -343,8 +403,10 @@ typedef struct fl_launch_kernel_args {
     uint32_t nargs;
     uint32_t flags;                  /* reserved, 0 */
 } fl_launch_kernel_args;
+FL_DEFINE_STRUCT_TRAITS(fl_launch_kernel_args, flags);
 /* launch_kernel_ex: as launch_kernel, same statuses and declines. */
 
+/* ---- the function table and the entry point ------------------------------ */
 typedef struct fl_api {
     size_t struct_size;
     fl_abi_version abi_version;       /* the version this table speaks */
@@ -406,76 +468,27 @@ typedef struct fl_api {
                                const fl_arg *args, uint32_t nargs);
     /* ABI 1.0 ends here; later minors append below. */
 
-    /* ABI 1.1: the head of the extension chain (see "EXTENSIONS" below), or NULL
+    /* ABI 1.1: the head of the extension chain (see "EXTENSIONS" above), or NULL
      * when the plugin offers no optional feature set.  Static for the plugin's
      * lifetime.  A 1.0 table ends before this field (its struct_size says so). */
     const struct fl_extension_base *extension_start;
 
     /* ABI 1.2: the lifecycle (see "LIFECYCLE" above) and the arguments-struct
      * forms of stream_create and launch_kernel, which later minors grow by
-     * appending parameters (see "CALLS" below).  A 1.1 table ends before
+     * appending parameters (see "CALLS" above).  A 1.1 table ends before
      * plugin_initialize. */
     fl_status (*plugin_initialize)(fl_plugin_initialize_args *args);
     fl_status (*plugin_teardown)(fl_plugin_teardown_args *args);
     fl_status (*stream_create_ex)(fl_stream_create_args *args);
     fl_status (*launch_kernel_ex)(fl_launch_kernel_args *args);
 } fl_api;
-
-/* ==== ABI 1.1 ================================================================
- *
- * EXTENSIONS.  Optional feature sets hang off fl_api.extension_start as a
- * singly linked chain, each starting with an fl_extension_base (the pattern of
- * OpenXLA's PJRT C API): a reader walks `next` until NULL, uses the entry whose
- * `type` it knows, and skips the rest.  A plugin that offers none leaves
- * extension_start NULL.  Each extension struct only grows at its end (its
- * base.struct_size says how far the plugin filled it) and a NULL function
- * pointer in it means "not offered".  Every entry lives as long as the plugin.
- *
- * CALLS.  Every new function takes one arguments struct, whose first field is
- * struct_size: the caller sets it to sizeof the struct it knows, so a later
- * minor can append parameters and an older plugin reads only what it knows
- * (FL_STRUCT_HAS_FIELD).  Output fields live in the same struct.  An args
- * pointer is only valid during the call; the plugin copies what it keeps.
- * From ABI 1.2 on, the second field of every arguments struct is
- * `extension_start`: a chain of fl_extension_base-headed structs the caller may
- * attach for optional parameters of that call (NULL when none; a callee skips
- * types it does not know), as PJRT's calls do.  (The 1.1 collectives structs
- * predate this and keep their layout.)  Every such call answers
- * FL_ERROR_INVALID_POINTER for a NULL args pointer and FL_ERROR_INVALID_VALUE
- * for a struct_size smaller than the struct had in the minor that introduced
- * the call.
- */
-typedef enum fl_extension_type {
-    FL_EXTENSION_COLLECTIVES = 1,      /* fl_collectives_extension (fl_collectives.h, ABI 1.1) */
-    FL_EXTENSION_HOST_MEMORY = 2,      /* fl_host_memory_extension (fl_host_memory.h, ABI 1.2) */
-    FL_EXTENSION_IPC = 3,              /* fl_ipc_extension (fl_ipc.h, ABI 1.3) */
-    FL_EXTENSION_TYPE_FORCE_32BIT = 0x7fffffff
-} fl_extension_type;
-
-typedef struct fl_extension_base {
-    size_t struct_size;                    /* of the whole extension struct, as the plugin filled it */
-    int32_t type;                          /* fl_extension_type */
-    uint32_t flags;                        /* reserved, 0 */
-    const struct fl_extension_base *next;  /* the next extension, or NULL */
-} fl_extension_base;
+FL_DEFINE_STRUCT_TRAITS(fl_api, launch_kernel_ex);
 
 typedef fl_status (*fl_plugin_get_api_fn)(const fl_abi_version *requested, const fl_api **out);
 fl_status fl_plugin_get_api(const fl_abi_version *requested, const fl_api **out);
 /* FL_CDEF_END */
 
 #define FL_PLUGIN_ENTRY_SYMBOL "fl_plugin_get_api"
-
-FL_DEFINE_STRUCT_TRAITS(fl_abi_version, minor);
-FL_DEFINE_STRUCT_TRAITS(fl_device_properties, flags);
-FL_DEFINE_STRUCT_TRAITS(fl_tensor, strides);
-FL_DEFINE_STRUCT_TRAITS(fl_kernel_entry, impl);
-FL_DEFINE_STRUCT_TRAITS(fl_plugin_info, plugin_version);
-FL_DEFINE_STRUCT_TRAITS(fl_api, launch_kernel_ex);
-FL_DEFINE_STRUCT_TRAITS(fl_extension_base, next);
-FL_DEFINE_STRUCT_TRAITS(fl_plugin_initialize_args, runtime_minor);
-FL_DEFINE_STRUCT_TRAITS(fl_plugin_teardown_args, extension_start);
-FL_DEFINE_STRUCT_TRAITS(fl_stream_create_args, stream);
-FL_DEFINE_STRUCT_TRAITS(fl_launch_kernel_args, flags);
 
 #ifdef __cplusplus
 }

@@ -41,7 +41,7 @@ extern "C" {
  * this rank's receive buffer holds the result.  Errors found at enqueue time
  * are returned by the call; errors found while running (FL_ERROR_TIMEOUT,
  * FL_ERROR_COLLECTIVE_MISMATCH, FL_ERROR_DRIVER) are sticky on the stream
- * (see ERRORS above).
+ * (fl_abi.h, "ERRORS").
  *
  * BUFFERS: a (base, offset) pair names count elements of dtype from
  * base + offset in a live allocation of the communicator's device; they must
@@ -57,6 +57,17 @@ extern "C" {
  * dtypes, op not in reduce_ops, root or peer out of range or (send/recv) the
  * caller itself, a buffer overrun), FL_ERROR_NOT_SUPPORTED (a legal request
  * this plugin cannot serve).  last_error_message explains each.
+ *
+ * ARGUMENTS STRUCTS (fl_abi.h, "CALLS"): these ten predate the rule that puts
+ * extension_start second, and keep their 1.1 layout.  ABI 1.4 appends
+ * `extension_start` as the last field of each, a chain of optional parameters
+ * for that call (none is defined yet: a callee skips every type it does not
+ * know).  A callee accepts the 1.1 size, FL_STRUCT_SIZE(type, <the field
+ * before extension_start>), and reads extension_start only when
+ * FL_STRUCT_HAS_FIELD(args, type, extension_start); a caller of 1.4 or later
+ * sets struct_size to type_STRUCT_SIZE (or sizeof) and extension_start to NULL
+ * or its chain.  A 1.1 to 1.3 plugin, handed the larger struct, reads the
+ * fields it knows, as for every struct.
  */
 #define FL_COMM_UNIQUE_ID_BYTES 128
 
@@ -79,7 +90,9 @@ typedef struct fl_comm_get_unique_id_args {
     size_t struct_size;
     int32_t device;                  /* a device of this plugin (rank 0's) */
     fl_comm_unique_id *unique_id;    /* out; caller-owned, written before the call returns */
+    const struct fl_extension_base *extension_start;   /* ABI 1.4; see "ARGUMENTS STRUCTS" */
 } fl_comm_get_unique_id_args;
+FL_DEFINE_STRUCT_TRAITS(fl_comm_get_unique_id_args, extension_start);
 
 typedef struct fl_comm_create_args {
     size_t struct_size;
@@ -89,7 +102,9 @@ typedef struct fl_comm_create_args {
     uint32_t timeout_ms;             /* how long any collective waits for peers (0: the plugin's default) */
     const fl_comm_unique_id *unique_id; /* read during the call only */
     fl_comm comm;                    /* out; valid until comm_destroy */
+    const struct fl_extension_base *extension_start;   /* ABI 1.4; see "ARGUMENTS STRUCTS" */
 } fl_comm_create_args;
+FL_DEFINE_STRUCT_TRAITS(fl_comm_create_args, extension_start);
 /* comm_create may block until every rank has called it (or timeout_ms passes:
  * FL_ERROR_TIMEOUT); FL_ERROR_INVALID_DEVICE for a bad device,
  * FL_ERROR_INVALID_VALUE for a bad rank/size or a unique id this plugin did not
@@ -98,7 +113,9 @@ typedef struct fl_comm_create_args {
 typedef struct fl_comm_destroy_args {
     size_t struct_size;
     fl_comm comm;                    /* invalid after the call; work already enqueued on it completes first */
+    const struct fl_extension_base *extension_start;   /* ABI 1.4; see "ARGUMENTS STRUCTS" */
 } fl_comm_destroy_args;
+FL_DEFINE_STRUCT_TRAITS(fl_comm_destroy_args, extension_start);
 
 typedef struct fl_all_reduce_args {
     size_t struct_size;
@@ -111,7 +128,9 @@ typedef struct fl_all_reduce_args {
     uint64_t count;
     int32_t dtype;                   /* fl_dtype */
     int32_t op;                      /* fl_reduce_op */
+    const struct fl_extension_base *extension_start;   /* ABI 1.4; see "ARGUMENTS STRUCTS" */
 } fl_all_reduce_args;
+FL_DEFINE_STRUCT_TRAITS(fl_all_reduce_args, extension_start);
 
 typedef struct fl_broadcast_args {
     size_t struct_size;
@@ -124,7 +143,9 @@ typedef struct fl_broadcast_args {
     uint64_t count;
     int32_t dtype;
     int32_t root;
+    const struct fl_extension_base *extension_start;   /* ABI 1.4; see "ARGUMENTS STRUCTS" */
 } fl_broadcast_args;
+FL_DEFINE_STRUCT_TRAITS(fl_broadcast_args, extension_start);
 
 typedef struct fl_all_gather_args {
     size_t struct_size;
@@ -137,7 +158,9 @@ typedef struct fl_all_gather_args {
     uint64_t send_count;
     int32_t dtype;
     int32_t reserved;                /* 0 */
+    const struct fl_extension_base *extension_start;   /* ABI 1.4; see "ARGUMENTS STRUCTS" */
 } fl_all_gather_args;
+FL_DEFINE_STRUCT_TRAITS(fl_all_gather_args, extension_start);
 
 typedef struct fl_reduce_scatter_args {
     size_t struct_size;
@@ -150,7 +173,9 @@ typedef struct fl_reduce_scatter_args {
     uint64_t recv_count;
     int32_t dtype;
     int32_t op;                      /* fl_reduce_op */
+    const struct fl_extension_base *extension_start;   /* ABI 1.4; see "ARGUMENTS STRUCTS" */
 } fl_reduce_scatter_args;
+FL_DEFINE_STRUCT_TRAITS(fl_reduce_scatter_args, extension_start);
 
 typedef struct fl_all_to_all_args {
     size_t struct_size;
@@ -163,7 +188,9 @@ typedef struct fl_all_to_all_args {
     uint64_t count;                  /* elements per block */
     int32_t dtype;
     int32_t reserved;                /* 0 */
+    const struct fl_extension_base *extension_start;   /* ABI 1.4; see "ARGUMENTS STRUCTS" */
 } fl_all_to_all_args;
+FL_DEFINE_STRUCT_TRAITS(fl_all_to_all_args, extension_start);
 
 typedef struct fl_send_args {
     size_t struct_size;
@@ -174,7 +201,9 @@ typedef struct fl_send_args {
     uint64_t count;
     int32_t dtype;
     int32_t peer;                    /* the receiving rank */
+    const struct fl_extension_base *extension_start;   /* ABI 1.4; see "ARGUMENTS STRUCTS" */
 } fl_send_args;
+FL_DEFINE_STRUCT_TRAITS(fl_send_args, extension_start);
 
 typedef struct fl_recv_args {
     size_t struct_size;
@@ -185,7 +214,9 @@ typedef struct fl_recv_args {
     uint64_t count;
     int32_t dtype;
     int32_t peer;                    /* the sending rank */
+    const struct fl_extension_base *extension_start;   /* ABI 1.4; see "ARGUMENTS STRUCTS" */
 } fl_recv_args;
+FL_DEFINE_STRUCT_TRAITS(fl_recv_args, extension_start);
 
 typedef fl_status (*fl_comm_get_unique_id_fn)(fl_comm_get_unique_id_args *args);
 typedef fl_status (*fl_comm_create_fn)(fl_comm_create_args *args);
@@ -232,6 +263,7 @@ typedef struct fl_collectives_extension {
     /* ABI 1.2: */
     int32_t reach;                   /* fl_comm_reach; not covered by struct_size: FL_COMM_REACH_HOST */
 } fl_collectives_extension;
+FL_DEFINE_STRUCT_TRAITS(fl_collectives_extension, reach);
 /* FL_CDEF_END */
 
 #ifdef __cplusplus

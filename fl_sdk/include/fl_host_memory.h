@@ -53,12 +53,14 @@ typedef struct fl_host_alloc_args {
     uint64_t size;                   /* bytes, > 0 */
     void *ptr;                       /* out: the block, valid until host_free */
 } fl_host_alloc_args;
+FL_DEFINE_STRUCT_TRAITS(fl_host_alloc_args, ptr);
 
 typedef struct fl_host_free_args {
     size_t struct_size;
     const struct fl_extension_base *extension_start;
     void *ptr;                       /* exactly what host_alloc returned */
 } fl_host_free_args;
+FL_DEFINE_STRUCT_TRAITS(fl_host_free_args, ptr);
 
 typedef fl_status (*fl_host_alloc_fn)(fl_host_alloc_args *args);
 typedef fl_status (*fl_host_free_fn)(fl_host_free_args *args);
@@ -69,10 +71,8 @@ typedef struct fl_host_memory_extension {
     fl_host_alloc_fn host_alloc;
     fl_host_free_fn host_free;
 } fl_host_memory_extension;
+FL_DEFINE_STRUCT_TRAITS(fl_host_memory_extension, host_free);
 /* FL_CDEF_END */
-
-FL_DEFINE_STRUCT_TRAITS(fl_host_alloc_args, ptr);
-FL_DEFINE_STRUCT_TRAITS(fl_host_free_args, ptr);
 
 #ifdef __cplusplus
 }

@@ -69,6 +69,7 @@ typedef struct fl_ipc_get_handle_args {
     uint64_t offset;                 /* out: ptr - the allocation's start */
     uint64_t size;                   /* out: the allocation's bytes */
 } fl_ipc_get_handle_args;
+FL_DEFINE_STRUCT_TRAITS(fl_ipc_get_handle_args, size);
 
 typedef struct fl_ipc_open_handle_args {
     size_t struct_size;
@@ -79,6 +80,7 @@ typedef struct fl_ipc_open_handle_args {
     fl_devptr ptr;                   /* out: the allocation's start in this process */
     uint64_t size;                   /* out: its bytes */
 } fl_ipc_open_handle_args;
+FL_DEFINE_STRUCT_TRAITS(fl_ipc_open_handle_args, size);
 
 typedef struct fl_ipc_close_handle_args {
     size_t struct_size;
@@ -87,6 +89,7 @@ typedef struct fl_ipc_close_handle_args {
     uint32_t flags;                  /* reserved, 0 */
     fl_devptr ptr;                   /* exactly what ipc_open_handle returned */
 } fl_ipc_close_handle_args;
+FL_DEFINE_STRUCT_TRAITS(fl_ipc_close_handle_args, ptr);
 
 typedef fl_status (*fl_ipc_get_handle_fn)(fl_ipc_get_handle_args *args);
 typedef fl_status (*fl_ipc_open_handle_fn)(fl_ipc_open_handle_args *args);
@@ -99,11 +102,8 @@ typedef struct fl_ipc_extension {
     fl_ipc_open_handle_fn ipc_open_handle;
     fl_ipc_close_handle_fn ipc_close_handle;
 } fl_ipc_extension;
+FL_DEFINE_STRUCT_TRAITS(fl_ipc_extension, ipc_close_handle);
 /* FL_CDEF_END */
-
-FL_DEFINE_STRUCT_TRAITS(fl_ipc_get_handle_args, size);
-FL_DEFINE_STRUCT_TRAITS(fl_ipc_open_handle_args, size);
-FL_DEFINE_STRUCT_TRAITS(fl_ipc_close_handle_args, ptr);
 
 #ifdef __cplusplus
 }

@@ -1,11 +1,13 @@
-"""ABI compatibility, proven: plugins built from the frozen ABI 1.0, 1.1 and 1.2 headers run under this runtime.
+"""ABI compatibility, proven: plugins built from the frozen ABI 1.0 to 1.3 headers run under this runtime.
 
-tests/fixtures/abi_1_0/, abi_1_1/ and abi_1_2/ hold the headers exactly as each minor shipped
-them and a small plugin compiled against each (its table is that minor's table: shorter than
-today's; the 1.1 one carries the 1.1 collectives extension, the 1.2 one pinned host memory and
-the collectives).  The runtime must load them, give them devices, run work on them, read the
-feature sets each offers (1.0: none; 1.1: collectives; 1.2: and pinned host memory; none the
-1.3 IPC extension), never call what their minor lacks (plugin_initialize before 1.2), and the
+tests/fixtures/abi_1_0/ to abi_1_3/ hold the headers exactly as each minor shipped them and a
+small plugin compiled against each (its table is that minor's table: shorter than today's; the
+1.1 one carries the 1.1 collectives extension, the 1.2 one pinned host memory and the
+collectives, the 1.3 one the IPC extension too, and serves the collectives as a 1.3 plugin
+would: the runtime's 1.4 structs, with extension_start appended, in; the 1.3 structs out to the
+1.4 plugin doing the work).  The runtime must load them, give them devices, run work on them,
+read the feature sets each offers (1.0: none; 1.1: collectives; 1.2: and pinned host memory;
+1.3: and IPC), never call what their minor lacks (plugin_initialize before 1.2), and the
 conformance suite's categories of their minor must pass on them (fl_abi.h, "COMPATIBILITY
 PROMISE").
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,7 +24,7 @@ import pytest
 from conftest import ROOT
 
 from fl_runtime import abi
-from fl_runtime.abi import ffi, outofline
+from fl_runtime.abi import ffi, header, outofline
 from fl_sdk.build import compiler
 
 REFERENCE_LIB = ROOT / "reference_vendor" / "libfl_reference.so"
@@ -41,14 +44,10 @@ class Frozen:
         return f"FL_ABI1{self.minor}_INNER"
 
 
-ABI_1_0, ABI_1_1, ABI_1_2 = Frozen(0, "abi10"), Frozen(1, "abi11"), Frozen(2, "abi12")
-FROZEN, FROZEN_IDS = [ABI_1_0, ABI_1_1, ABI_1_2], ["abi_1_0", "abi_1_1", "abi_1_2"]
+FROZEN = [Frozen(minor, f"abi1{minor}") for minor in range(4)]
+FROZEN_IDS = [f"abi_1_{fixture.minor}" for fixture in FROZEN]
 # The functions of today's table that the 1.0 and 1.1 tables end before (ABI 1.2's).
 NEWER_FUNCTIONS = {"plugin_initialize", "plugin_teardown", "stream_create_ex", "launch_kernel_ex"}
-# The 1.1 structs, which 1.2 only appends to (fl_collectives_extension lives in fl_collectives.h now).
-STRUCTS = ("fl_api", "fl_abi_version", "fl_device_properties", "fl_tensor", "fl_arg", "fl_kernel_entry",
-           "fl_plugin_info")
-STRUCTS_1_1 = ("fl_extension_base", "fl_collectives_extension", "fl_all_reduce_args", "fl_comm_create_args")
 
 
 @pytest.fixture(scope="module", params=FROZEN, ids=FROZEN_IDS)
@@ -69,9 +68,7 @@ def _frozen_ffi(fixture: Frozen):
     """The frozen header read the way the runtime reads today's (abi.outofline's generated
     module), so type names compare like with like: an out-of-line ffi names a tagged typedef
     'struct fl_x' where an in-line cdef says 'fl_x'."""
-    headers = [fixture.folder / "fl_abi.h", *sorted(p for p in fixture.folder.glob("*.h") if p.name != "fl_abi.h")]
-    region = "".join(h.read_text().split("/* FL_CDEF_BEGIN */", 1)[1].split("/* FL_CDEF_END */", 1)[0]
-                     for h in headers)
+    region = header.read_cdef(fixture.folder / "fl_abi.h")
     frozen = outofline.execute_source(outofline.generate_source(region)[0], fixture.folder / "fl_abi.h")
     assert isinstance(frozen, type(ffi)), "the frozen header's module did not build"
     return frozen
@@ -79,19 +76,22 @@ def _frozen_ffi(fixture: Frozen):
 
 @pytest.mark.parametrize("fixture", FROZEN, ids=FROZEN_IDS)
 def test_frozen_header_is_its_minor_and_todays_structs_only_append_to_it(fixture):
-    """Every struct of the frozen minor keeps its fields at the same offsets with the same types."""
+    """Every struct of the frozen minor keeps its fields at the same offsets with the same types
+    (the collectives' args structs included, which 1.4 appends extension_start to)."""
     old = _frozen_ffi(fixture)
     consts = old.dlopen(None)
     assert (consts.FL_ABI_VERSION_MAJOR, consts.FL_ABI_VERSION_MINOR) == (1, fixture.minor)
-    assert (abi.ABI_MAJOR, abi.ABI_MINOR, abi.ABI_MIN_SUPPORTED_MINOR) == (1, 3, 0)
-    for type_name in STRUCTS + (STRUCTS_1_1 if fixture.minor >= 1 else ()):
+    assert (abi.ABI_MAJOR, abi.ABI_MINOR, abi.ABI_MIN_SUPPORTED_MINOR) == (1, 4, 0)
+    structs = re.findall(r"^typedef struct (fl_\w+) \{", header.read_cdef(fixture.folder / "fl_abi.h"), re.M)
+    assert "fl_api" in structs and ("fl_all_reduce_args" in structs) == (fixture.minor >= 1)
+    for type_name in structs:
         old_fields = old.typeof(type_name).fields
         new_fields = ffi.typeof(type_name).fields
         assert [n for n, _ in new_fields[:len(old_fields)]] == [n for n, _ in old_fields], type_name
         for name, field in old_fields:
             assert old.offsetof(type_name, name) == ffi.offsetof(type_name, name), (type_name, name)
             assert field.type.cname == dict(new_fields)[name].type.cname, (type_name, name)
-    last = {0: "launch_kernel", 1: "extension_start", 2: "launch_kernel_ex"}[fixture.minor]
+    last = {0: "launch_kernel", 1: "extension_start", 2: "launch_kernel_ex", 3: "launch_kernel_ex"}[fixture.minor]
     assert old.sizeof("fl_api") == ffi.offsetof("fl_api", last) + ffi.sizeof("void*")   # later minors append
     old_status = dict(old.typeof("fl_status").elements)
     assert {k: v for k, v in abi.STATUS_NAMES.items() if k in old_status} == old_status
@@ -125,13 +125,13 @@ def test_frozen_plugin_loads_gets_devices_and_runs(python, frozen):
     # A 1.0 table has no extension chain to read; the 1.1 one chains the collectives.
     assert got["collectives"] == [fixture.minor >= 1]
     assert got["host_memory"] == [fixture.minor >= 2]     # ABI 1.2's extension
-    assert got["ipc"] == [False]                          # ABI 1.3's: no frozen minor has it
+    assert got["ipc"] == [fixture.minor >= 3]             # ABI 1.3's
 
 
 def test_frozen_plugin_passes_its_minors_conformance_categories(frozen, tmp_path):
     """abi, memory and streams pass; collectives pass on 1.1 and are not_supported on 1.0; the
     1.2 lifecycle checks are not_supported on 1.0 and 1.1 (their tables end before it) and pass
-    on 1.2; the 1.3 IPC checks are not_supported on all three."""
+    on 1.2 and 1.3; the 1.3 IPC checks are not_supported before 1.3 and pass on 1.3."""
     fixture, lib = frozen
     report = tmp_path / "report.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), **_env(fixture, lib)}
@@ -153,7 +153,7 @@ def test_frozen_plugin_passes_its_minors_conformance_categories(frozen, tmp_path
     assert len(lifecycle) == 3 + len(NEWER_FUNCTIONS), lifecycle
     assert set(lifecycle.values()) == ({"pass"} if fixture.minor >= 2 else {"not_supported"}), lifecycle
     ipc = {t["test"]: t["status"] for t in document["tests"] if t["test"].startswith("test_ipc_")}
-    assert ipc and set(ipc.values()) == {"not_supported"}, ipc
+    assert ipc and set(ipc.values()) == ({"pass"} if fixture.minor >= 3 else {"not_supported"}), ipc
     collectives = document["summary"]["categories"]["collectives"]
     if fixture.minor == 0:     # a 1.0 table cannot offer collectives: not_supported, never fail or pass
         assert collectives == {"not_supported": 15}

@@ -1,4 +1,5 @@
 """The C ABI header: one source of truth, strict C, size-prefixed structs."""
+import re
 import subprocess
 
 from fl_runtime import abi
@@ -34,6 +35,21 @@ def test_cffi_declarations_come_from_the_header():
 def test_every_struct_starts_with_its_size():
     for name in SIZE_PREFIXED:
         assert abi.ffi.offsetof(name, "struct_size") == 0, name
+
+
+def test_every_size_prefixed_struct_has_traits_naming_its_last_field():
+    """fl_abi.h "STRUCT SIZES": each struct that starts with struct_size (or, an extension, with
+    its fl_extension_base) is followed by FL_DEFINE_STRUCT_TRAITS naming its last field, so a
+    field appended without moving the traits line is caught here."""
+    from fl_runtime.abi import header
+    traits = header.struct_traits(ABI_HEADER)
+    structs = {}
+    for name in re.findall(r"^typedef struct (fl_\w+) \{", header.read_cdef(ABI_HEADER), re.M):
+        fields = abi.ffi.typeof(name).fields
+        if fields[0][0] in ("struct_size", "base"):
+            structs[name] = fields[-1][0]
+    assert {"fl_api", "fl_all_reduce_args", "fl_collectives_extension", "fl_ipc_extension"} <= set(structs)
+    assert traits == structs
 
 
 def test_enums_are_32_bit_and_dtype_codes_cover_torch_dtypes():

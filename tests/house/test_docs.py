@@ -34,9 +34,10 @@ SCREENFUL_CHARS = 3000
 TEMPLATE_README = ROOT / "vendor_template" / "template" / "README.md.jinja"
 SKIP_SUFFIXES = {".png", ".json", ".so", ".o", ".pyc", ".whl", ".gz", ".svg", ".ico"}
 SKIP_FILES = {".ci/constraints.txt", "tests/house/test_docs.py"}     # this file: its samples are meant to fail
-# Frozen copies of earlier releases (the 1.0 / 1.1 headers, the 1.1 template): their text is
+# Frozen copies of earlier releases (the 1.0 to 1.3 headers, the 1.1 template): their text is
 # what those releases shipped, citations of the README they had included.
-FROZEN = ("tests/fixtures/abi_1_0/", "tests/fixtures/abi_1_1/", "tests/fixtures/template_abi_1_1/")
+FROZEN = ("tests/fixtures/abi_1_0/", "tests/fixtures/abi_1_1/", "tests/fixtures/abi_1_2/", "tests/fixtures/abi_1_3/",
+          "tests/fixtures/template_abi_1_1/")
 
 # `docs/users/x.md "Heading"` or `docs/users/x.md, "Heading"`; the heading may wrap onto a
 # comment line (# or // or * in front) and may be written \"...\" inside a string literal.
