@@ -109,10 +109,10 @@ def install(rt) -> None:
     GuardedLibrary(catch_all).fallback(make_boxed_fallback(rt.launcher.chain, rt.current_device), "PrivateUse1")
     _libraries.extend([aten, catch_all])
     autocast.register()     # the cast policy of torch.autocast("fl")
-    distributed.register()  # the `fl` torch.distributed backend (docs/users/distributed.md)
+    distributed.register(rt)  # the `fl` torch.distributed backend (docs/users/distributed.md)
     lightning.install()     # accelerator="fl" once Lightning is imported (never imports it)
     hf_trainer.install()    # the HF Trainer follows accelerate onto fl (docs/users/do-no-harm.md)
-    torch_compile.install()  # torch.compile: dynamo's device interface, Inductor's fl backend (lazily)
+    torch_compile.install(rt)  # torch.compile: dynamo's device interface, Inductor's fl backend (lazily)
     if native is None:
         # PyTorch's Python device guard reports one device, so the autograd engine
         # has a worker queue for fl:0 only and asserts on backward over fl:1.

@@ -19,25 +19,31 @@ import weakref
 
 import torch
 
-from fl_runtime.integration import process
 from fl_runtime.logs import logger
 from fl_runtime.ops.boundary import leaves_runtime
 from fl_runtime.ops.graph.launch_list import LaunchList
+from fl_runtime.runtime import Runtime
 
 BACKEND_NAME = "fl"
 _graphs: weakref.WeakSet = weakref.WeakSet()      # the LaunchLists made so far, for graph_summary()
 
 
-def fl_backend(gm: torch.fx.GraphModule, example_inputs: list, **options):
-    """The dynamo backend: AOTAutograd's graphs, each run by a LaunchList."""
-    from torch._dynamo.backends.common import aot_autograd
-    if options:
-        raise TypeError(f"torch.compile(backend='fl') takes no options (got {sorted(options)})")
-    return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
-                        inference_compiler=compile_graph)(gm, example_inputs)
+def backend_of(rt: Runtime):
+    """The dynamo backend of `rt`: AOTAutograd's graphs, each run by a LaunchList on its launcher.
+    A function named fl_backend (dynamo names a backend by its __name__ in its logs)."""
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs: list):
+        return _compile_graph(rt, gm, example_inputs)
+
+    def fl_backend(gm: torch.fx.GraphModule, example_inputs: list, **options):
+        from torch._dynamo.backends.common import aot_autograd
+        if options:
+            raise TypeError(f"torch.compile(backend='fl') takes no options (got {sorted(options)})")
+        return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
+                            inference_compiler=compile_graph)(gm, example_inputs)
+    return fl_backend
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs: list):
+def _compile_graph(rt: Runtime, gm: torch.fx.GraphModule, example_inputs: list):
     """AOTAutograd's compiler: a boxed callable (it takes the list of inputs and empties
     it, so AOTAutograd's references do not keep inputs alive) running `gm`."""
     if _symbolic(example_inputs):
@@ -45,7 +51,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list):
                     "fixed layouts; docs/users/graph-path.md)")
         runner = gm
     else:
-        runner = LaunchList(gm, process.start().launcher)
+        runner = LaunchList(gm, rt.launcher)
         _graphs.add(runner)
 
     def run(args: list):
@@ -74,8 +80,8 @@ def _symbolic(example_inputs: list) -> bool:
     return False
 
 
-def register() -> None:
-    """Make backend="fl" known to dynamo (called once, right after its registry is imported;
-    a name another package took already is reported by torch_compile.py's guard)."""
+def register(rt: Runtime) -> None:
+    """Make backend="fl" known to dynamo, running on `rt` (called once, right after its registry
+    is imported; a name another package took already is reported by torch_compile.py's guard)."""
     from torch._dynamo.backends.registry import register_backend
-    register_backend(fl_backend, name=BACKEND_NAME)
+    register_backend(backend_of(rt), name=BACKEND_NAME)

@@ -10,8 +10,11 @@ their top and are imported only from here.
 """
 from __future__ import annotations
 
+import functools
+
 from fl_runtime.integration.lightning.hook import call_after_import
 from fl_runtime.logs import logger
+from fl_runtime.runtime import Runtime
 
 DYNAMO_MODULE = "torch._dynamo.device_interface"
 REGISTRY_MODULE = "torch._dynamo.backends.registry"
@@ -25,11 +28,13 @@ RUNTIME_PACKAGES = ("fl_runtime", "torch_fl")
 INDUCTOR_MODULE = "torch._inductor.compile_fx"
 
 
-def install() -> None:
-    """Register with dynamo and Inductor when (if ever) they are imported in this process."""
+def install(rt: Runtime) -> None:
+    """Register with dynamo and Inductor when (if ever) they are imported in this process
+    (backend="fl" runs its graphs on `rt`)."""
     call_after_import(DYNAMO_MODULE, _guarded(_register_dynamo, "dynamo's device interface"))
     call_after_import(INDUCTOR_MODULE, _guarded(_register_inductor, "Inductor"))
-    call_after_import(REGISTRY_MODULE, _guarded(_register_graph_backend, "dynamo's backend registry"))
+    call_after_import(REGISTRY_MODULE, _guarded(functools.partial(_register_graph_backend, rt),
+                                                "dynamo's backend registry"))
     call_after_import(TRACE_RULES_MODULE, _guarded(_skip_runtime_frames, "dynamo's trace rules"))
 
 
@@ -49,9 +54,9 @@ def _skip_runtime_frames() -> None:
         trace_rules.add(package)
 
 
-def _register_graph_backend() -> None:
+def _register_graph_backend(rt: Runtime) -> None:
     from fl_runtime.integration import graph_backend
-    graph_backend.register()
+    graph_backend.register(rt)
 
 
 def _guarded(register, what: str):

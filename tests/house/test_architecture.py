@@ -2,10 +2,10 @@
 
 Each folder of fl_runtime is a layer; a module may import its own layer and the
 layers below it, never above, and the runtime never imports the SDK or the
-conformance suite (they sit on top of it).  There are no import cycles among
-module-level imports; the circles that deferred (in-function) imports close are
-a known list that may only shrink.  `import torch_fl` pulls in none of the
-SDK's or the suite's dependencies.
+conformance suite (they sit on top of it).  There are no import cycles in
+fl_runtime, conformance or fl_sdk, in-function (deferred) imports counted: a
+module that needs the runtime is handed it when it is installed.  `import
+torch_fl` pulls in none of the SDK's or the suite's dependencies.
 
 The house drawing of docs/contributors/architecture.md (house.svg) is drawn
 from the same scan: `python tests/house/test_architecture.py` rewrites it, and
@@ -152,39 +152,16 @@ def package_cycles(package: str, module_level_only: bool = True) -> list[list[st
     return sorted(_cycles(graph))
 
 
-@pytest.mark.parametrize("package", ["fl_runtime", "conformance", "fl_sdk"])
+PACKAGES = ("fl_runtime", "conformance", "fl_sdk")
+
+
+@pytest.mark.parametrize("package", PACKAGES)
 def test_no_import_cycles(package):
-    assert package_cycles(package) == []
-
-
-# The circles that in-function imports close today (each held open at import time only
-# because one of its imports is deferred).  The list may only shrink: a new circle, or a
-# known one that grows, fails; when one is broken, delete it here.
-_I = "fl_runtime.integration."
-KNOWN_DEFERRED_CIRCLES = {
-    "fl_runtime": [
-        # process._build -> backend.install (deferred); backend -> distributed, torch_compile;
-        # distributed.vendor and graph_backend fetch the runtime with process.start()
-        {_I + "backend", _I + "distributed", _I + "distributed.hierarchy", _I + "distributed.process_group",
-         _I + "distributed.registration", _I + "distributed.vendor", _I + "graph_backend", _I + "process",
-         _I + "torch_compile"},
-    ],
-    "conformance": [
-        {"conformance.forkserver", "conformance.isolation"},
-        {"conformance.fp8_specs", "conformance.opspecs"},
-        {"conformance.numerics", "conformance.overlap"},
-    ],
-    "fl_sdk": [],
-}
-
-
-@pytest.mark.parametrize("package", sorted(KNOWN_DEFERRED_CIRCLES))
-def test_deferred_imports_close_no_new_circle(package):
-    known = KNOWN_DEFERRED_CIRCLES[package]
-    grown = [c for c in package_cycles(package, module_level_only=False) if not any(set(c) <= k for k in known)]
-    assert not grown, (f"import circles in {package} (counting in-function imports) that are new or larger than "
-                       f"the known ones: {grown}. Pass what a module needs in (the runtime, a callback) instead "
-                       "of importing the module that has it (docs/contributors/architecture.md)")
+    """No circle, counting in-function imports: a deferred import that closes one only hides it."""
+    circles = package_cycles(package, module_level_only=False)
+    assert circles == [], (f"import circles in {package} (counting in-function imports): {circles}. Pass what a "
+                           "module needs in (the runtime, a callback) instead of importing the module that has it "
+                           "(docs/contributors/architecture.md)")
 
 
 # ---- the house drawing ----------------------------------------------------------------
@@ -294,11 +271,12 @@ def house_svg() -> str:
                          (cx + 232, abi_y + height + 22), (cx + 232, abi_y + height + 2)], colour="#2a7"))
     notes = ["Every arrow points down: solid, a module-level import; dashed, only in-function imports.",
              "Green: the runtime reads fl_abi.h (cffi); plugins and the runtime meet only there."]
-    if not package_cycles("fl_runtime"):
-        notes.append("No circle among module-level imports in fl_runtime (tests/house/test_architecture.py).")
-    for circle in package_cycles("fl_runtime", module_level_only=False):
-        notes += _wrapped("A circle closed only by in-function imports: " +
-                          ", ".join(m.removeprefix("fl_runtime.") for m in circle) + ".", 120)
+    circles = [circle for package in PACKAGES for circle in package_cycles(package, module_level_only=False)]
+    if not circles:
+        notes.append(f"No import circle in {', '.join(PACKAGES)}, in-function imports included "
+                     "(tests/house/test_architecture.py).")
+    for circle in circles:
+        notes += _wrapped("An import circle (the test fails until it is broken): " + ", ".join(circle) + ".", 120)
     bottom = abi_y + height + 48
     for i, note in enumerate(notes):
         parts.append(f'<text x="{left}" y="{bottom + 16 * i}" font-size="12">{escape(note)}</text>')

@@ -48,6 +48,7 @@ from fl_runtime.integration.distributed.reachability import Reachability
 from fl_runtime.integration.distributed.transport import HostGlooTransport
 from fl_runtime.integration.distributed.vendor import CommunicatorSetupError, VendorCollectives
 from fl_runtime.integration.distributed.work import CallSite, CollectiveError, FLWork, completable_future
+from fl_runtime.runtime import Runtime
 
 ENABLE_ENV = "TORCH_FL_HIERARCHICAL"
 MIN_BYTES_ENV = "TORCH_FL_HIERARCHICAL_MIN_BYTES"
@@ -85,7 +86,7 @@ class HierarchicalAllReduce:
         self._failed: CollectiveError | None = None
 
     @classmethod
-    def connect(cls, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
+    def connect(cls, rt: Runtime, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
                 wire_timeout: datetime.timedelta, group_name: str, layout: HostLayout, plugins: frozenset[str],
                 reach: Reachability) -> HierarchicalAllReduce | None:
         """The hierarchy for this rank, None where the group cannot have one (see the module docstring)."""
@@ -98,7 +99,7 @@ class HierarchicalAllReduce:
         host = layout.host_of(rank)
         local_ranks = layout.hosts[host]
         index = local_ranks.index(rank)
-        local = VendorCollectives(dist.PrefixStore(f"{prefix}host-{host}/", store), index, len(local_ranks),
+        local = VendorCollectives(rt, dist.PrefixStore(f"{prefix}host-{host}/", store), index, len(local_ranks),
                                   timeout, plugins, setup_timeout=wire_timeout)
         cross = HostGlooTransport().connect(dist.PrefixStore(f"{prefix}index-{index}/", store), host,
                                             len(layout.hosts), wire_timeout, f"{group_name}/index-{index}")

@@ -35,21 +35,22 @@ import threading
 import torch
 import torch.distributed as dist
 
+from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.integration.distributed.hierarchy import HierarchicalAllReduce
 from fl_runtime.integration.distributed.hosts import HostLayout
 from fl_runtime.integration.distributed.reachability import Reachability
 from fl_runtime.integration.distributed.staging import IN, INOUT, OUT, Staging
 from fl_runtime.integration.distributed.transport import Transport
 from fl_runtime.integration.distributed.vendor import VendorCollectives, agree_on_plugins
-from fl_runtime.integration.distributed.registration import BACKEND_NAME  # noqa: F401 (re-exported)
 from fl_runtime.integration.distributed.work import CallSite, CollectiveError, FLWork
+from fl_runtime.runtime import Runtime
 
 
 class FLProcessGroup(dist.ProcessGroup):
     """A process group whose collectives accept fl tensors; see the module docstring."""
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
-                 transport: Transport, group_name: str = "") -> None:
+                 transport: Transport, group_name: str = "", *, runtime: Runtime) -> None:
         super().__init__(rank, size)
         self._timeout = timeout
         self._transport = transport
@@ -60,21 +61,23 @@ class FLProcessGroup(dist.ProcessGroup):
         # peers that do not answer still arrives within the group's timeout.
         wire_timeout = self._reach.wire_timeout if spans else timeout
         self._wire = transport.connect(store, rank, size, wire_timeout, group_name)
-        plugins = agree_on_plugins(store, rank, size, group_name)
+        plugins = agree_on_plugins(runtime, store, rank, size, group_name)
         spanning = frozenset(name for name, crosses in plugins.items() if crosses or not spans)
-        self._vendor = VendorCollectives.connect(store, rank, size, timeout, group_name, spanning)
+        self._vendor = VendorCollectives.connect(runtime, store, rank, size, timeout, group_name, spanning)
         self._hierarchy = None if spanning else HierarchicalAllReduce.connect(
-            store, rank, size, timeout, wire_timeout, group_name, self._layout, frozenset(plugins), self._reach)
+            runtime, store, rank, size, timeout, wire_timeout, group_name, self._layout, frozenset(plugins),
+            self._reach)
         self._group_name, self._group_desc = group_name, ""
         self._waiter_lock = threading.Lock()
         self._waiter_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     # ---- identity -------------------------------------------------------------------------
+    # The fl backend is named as its device type (registration.py registers it under that name).
     def getBackendName(self) -> str:     # PyTorch's C++ name: its trampoline calls it
-        return BACKEND_NAME
+        return DEVICE_TYPE
 
     def name(self) -> str:
-        return BACKEND_NAME
+        return DEVICE_TYPE
 
     # PyTorch's ProcessGroup keeps its name in its C++ backends, and a Python group has none:
     # functional collectives (group_name) and DeviceMesh need these four.

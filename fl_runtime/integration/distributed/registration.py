@@ -29,6 +29,7 @@ from torch.distributed import distributed_c10d as c10d
 
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.logs import logger
+from fl_runtime.runtime import Runtime
 
 BACKEND_NAME = DEVICE_TYPE       # the backend for fl tensors is named as their device type
 
@@ -38,25 +39,26 @@ _registered = False
 ROUTED_BACKENDS = ("gloo",)
 
 
-def register() -> None:
-    """Make "fl" a torch.distributed backend (idempotent, thread-safe)."""
+def register(rt: Runtime) -> None:
+    """Make "fl" a torch.distributed backend whose groups run on `rt` (idempotent, thread-safe)."""
     global _registered
     with _lock:
         if _registered or not dist.is_available():
             return
-        dist.Backend.register_backend(BACKEND_NAME, create_process_group, extended_api=True,
+        dist.Backend.register_backend(BACKEND_NAME, functools.partial(create_process_group, rt), extended_api=True,
                                       devices=[BACKEND_NAME, "cpu"])
         _route_bare_backends()
         _registered = True
 
 
-def create_process_group(options, backend_options=None):
-    """The creator PyTorch calls with its `_DistributedBackendOptions` (extended_api=True).
-    The group's modules are imported here, at the first group: most processes build none."""
+def create_process_group(rt: Runtime, options, backend_options=None):
+    """The creator PyTorch calls with its `_DistributedBackendOptions` (extended_api=True), `rt`
+    bound at registration.  The group's modules are imported here, at the first group: most
+    processes build none."""
     from fl_runtime.integration.distributed.process_group import FLProcessGroup
     from fl_runtime.integration.distributed.transport import default_transport
     return FLProcessGroup(options.store, options.group_rank, options.group_size, options.timeout,
-                          default_transport(), group_name=str(options.group_id))
+                          default_transport(), group_name=str(options.group_id), runtime=rt)
 
 
 def _route_bare_backends() -> None:

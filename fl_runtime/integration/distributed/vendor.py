@@ -50,9 +50,9 @@ from fl_runtime.errors import FLError, VendorError
 from fl_runtime.integration.distributed import interrupt
 from fl_runtime.integration.distributed.elastic import attempt_scope
 from fl_runtime.integration.distributed.work import CallSite, CollectiveError, FLWork, completable_future
-from fl_runtime.integration.process import start
 from fl_runtime.logs import logger
 from fl_runtime.plugins.extensions import collectives_of
+from fl_runtime.runtime import Runtime
 
 ENABLE_ENV = "TORCH_FL_VENDOR_COLLECTIVES"
 _PREFIX = "fl-vendor/"
@@ -64,24 +64,24 @@ def enabled_by_environment() -> bool:
     return os.environ.get(ENABLE_ENV, "1") not in ("0", "false", "no", "off")
 
 
-def _offered_plugins() -> dict[str, bool]:
-    """This process's plugins whose collectives extension is usable: name -> whether one
+def _offered_plugins(rt: Runtime) -> dict[str, bool]:
+    """The runtime's plugins whose collectives extension is usable: name -> whether one
     communicator may span hosts (fl_abi.h, fl_comm_reach)."""
     if not enabled_by_environment():
         return {}
     offered: dict[str, bool] = {}
-    for device in start().devices:
+    for device in rt.devices:
         if device.plugin.name not in offered and _usable(device):
             offered[device.plugin.name] = collectives_of(device.plugin).crosses_hosts
     return offered
 
 
-def agree_on_plugins(store: dist.Store, rank: int, size: int, group_name: str) -> dict[str, bool]:
+def agree_on_plugins(rt: Runtime, store: dist.Store, rank: int, size: int, group_name: str) -> dict[str, bool]:
     """The plugins every rank of the group offers collectives of (a collective, through `store`):
     name -> whether every rank's copy declares FL_COMM_REACH_ANY."""
     # Per torchrun attempt (elastic.py): a restarted rank must not read a dead attempt's offers.
     store = dist.PrefixStore(f"{_PREFIX}{attempt_scope()}/{group_name}/", store)
-    store.set(f"offer/{rank}", json.dumps(_offered_plugins()))
+    store.set(f"offer/{rank}", json.dumps(_offered_plugins(rt)))
     common: dict[str, bool] | None = None
     for r in range(size):
         theirs = json.loads(store.get(f"offer/{r}").decode())
@@ -110,7 +110,7 @@ class CommunicatorSetupError(RuntimeError):
 
 
 class VendorCollectives:
-    """One process group's vendor path; `connect` returns None when the group has none.
+    """One process group's vendor path on `rt`'s devices; `connect` returns None when the group has none.
 
     `setup_timeout`: how long a rank waits on the store for a communicator's id (default the
     group's timeout).  Communicators are made on a device's first collective, possibly long
@@ -119,8 +119,9 @@ class VendorCollectives:
 
     name = "vendor collectives"
 
-    def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
+    def __init__(self, rt: Runtime, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
                  plugins: frozenset[str], setup_timeout: datetime.timedelta | None = None) -> None:
+        self._rt = rt
         self._store, self._rank, self._size, self._timeout = store, rank, size, timeout
         self._setup_timeout = setup_timeout or timeout
         self.plugins = plugins
@@ -132,15 +133,15 @@ class VendorCollectives:
         interrupt.install()                             # SIGTERM ends a rank waiting here (interrupt.py)
 
     @classmethod
-    def connect(cls, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, group_name: str,
-                plugins: frozenset[str]) -> VendorCollectives | None:
+    def connect(cls, rt: Runtime, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
+                group_name: str, plugins: frozenset[str]) -> VendorCollectives | None:
         """The vendor path of `plugins` (every rank agreed on them) for this group, None when empty.
         Communicator ids go on `store` under the group's own prefix, per torchrun attempt."""
         if not plugins:
             logger.debug("fl process group %r: no vendor collectives; host-staged", group_name)
             return None
         logger.debug("fl process group %r: vendor collectives of %s", group_name, sorted(plugins))
-        return cls(dist.PrefixStore(f"{_PREFIX}{attempt_scope()}/{group_name}/", store), rank, size, timeout,
+        return cls(rt, dist.PrefixStore(f"{_PREFIX}{attempt_scope()}/{group_name}/", store), rank, size, timeout,
                    frozenset(plugins))
 
     # ---- choosing the path -------------------------------------------------------------------
@@ -152,7 +153,7 @@ class VendorCollectives:
         first = tensors[0]
         if any(t.device != first.device or t.dtype != first.dtype for t in tensors):
             return None
-        device = start().device(first.device.index)
+        device = self._rt.device(first.device.index)
         if device.plugin.name not in self.plugins or first.dtype not in abi.DTYPE_TO_FL:
             return None
         ext = collectives_of(device.plugin)
@@ -177,7 +178,7 @@ class VendorCollectives:
     def after_current_stream(self, index: int) -> None:
         """Order the device's collective stream after the work queued so far on the calling thread's
         current stream (for collectives enqueued later, from another thread)."""
-        self._stream(index).wait_stream(start().streams.current(index))
+        self._stream(index).wait_stream(self._rt.streams.current(index))
 
     # ---- communicators and streams -------------------------------------------------------------
     def _comm(self, device) -> Communicator:
@@ -228,7 +229,7 @@ class VendorCollectives:
     # ---- the one path every vendor collective takes ------------------------------------------------
     def _run(self, site: CallSite, device, inputs: list, outputs: list,
              enqueue: Callable, result, scratch: Callable | None = None, after: Callable | None = None) -> FLWork:
-        rt = start()
+        rt = self._rt
         index = device.index
         try:
             comm = self._comm(device)
