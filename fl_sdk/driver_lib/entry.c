@@ -9,9 +9,12 @@
  */
 #include "fl_driver.h"
 
+#include <stdio.h>
+
 static pthread_mutex_t g_entry_lock = PTHREAD_MUTEX_INITIALIZER;
-static const fld_plugin *g_plugin;     /* set once, with g_table, under g_entry_lock */
+static const fld_plugin *g_plugin;     /* set once, with g_table and g_name, under g_entry_lock */
 static fl_api g_table;
+static char g_name[128];               /* "the <plugin_name> plugin", for negotiation's messages */
 
 static fl_status plugin_initialize(fl_plugin_initialize_args *args) { return fld_initialize(args, g_plugin->open); }
 static fl_status plugin_teardown(fl_plugin_teardown_args *args) { return fld_teardown(args, g_plugin->close); }
@@ -36,6 +39,7 @@ static void fill_table(const fld_plugin *plugin) {
     g_table.plugin_teardown = plugin_teardown;
     g_table.stream_create_ex = stream_create_ex;
     g_table.launch_kernel_ex = launch_kernel_ex;
+    snprintf(g_name, sizeof g_name, "the %s plugin", plugin->info.plugin_name ? plugin->info.plugin_name : "unnamed");
 }
 
 fl_status fld_plugin_get_api(const fld_plugin *plugin, const fl_abi_version *requested, const fl_api **out) {
@@ -45,5 +49,5 @@ fl_status fld_plugin_get_api(const fld_plugin *plugin, const fl_abi_version *req
         g_plugin = plugin;
     }
     pthread_mutex_unlock(&g_entry_lock);
-    return fld_negotiate(requested, out, &g_table, plugin->min_runtime_minor, plugin->info.plugin_name);
+    return fld_negotiate(requested, out, &g_table, plugin->min_runtime_minor, g_name);
 }

@@ -5,7 +5,7 @@
  * LAYERS.  Each file calls only the files listed below it; nothing calls
  * upward, so there is no call circle:
  *
- *   plugin.c   entry point, the fl_api table, plugin info      (top)
+ *   plugin.c   entry point: info, calls, extensions  (top)
  *   ipc.c      the inter-process memory extension (ABI 1.3): another
  *              process's device memory mapped into this one's region
  *   host_memory.c  the pinned host-memory extension (ABI 1.2): page-aligned,
@@ -20,9 +20,10 @@
  *   device.c   devices: settings, properties, their memory mappings
  *   queue.c    task queues and the worker thread draining each one (bottom)
  *
- * What every driver does alike -- the per-thread last error, negotiation,
- * struct_size prefixes, handle tables, launch-argument checks with
- * overflow-checked extents, the deep copy of queued arguments -- is the SDK
+ * What every driver does alike -- the fl_api table, the counted lifecycle
+ * and the _ex forms, the per-thread last error, negotiation, struct_size
+ * prefixes, handle tables, launch-argument checks with overflow-checked
+ * extents, the deep copy of queued arguments -- is the SDK
  * driver library's (fl_driver.h, `sdk_libraries: [kernel, driver]`), shared
  * with every plugin `fl-sdk new` scaffolds; these files hold what this chip
  * decides.
@@ -30,8 +31,8 @@
  * The queue knows nothing of events: an event's record and wait reach the
  * worker as host-function tasks (DRV_TASK_HOST) whose function event.c
  * supplies.  Kernels (../kernels/) are not part of the driver: they register
- * themselves (FLK_REGISTER), plugin.c hands the runtime the table the SDK
- * libraries gather (fld_kernel_table), and the queue runs them through the
+ * themselves (FLK_REGISTER), the driver library hands the runtime the table
+ * the SDK libraries gather (fld_kernel_table), and the queue runs them through the
  * SDK's kernel interface (fl_kernel.h, section 1).
  *
  * Nothing here is part of the ABI; only fl_plugin_get_api (and the
@@ -170,45 +171,19 @@ fl_status drv_stream_check(fl_stream stream, const char *call);
 int32_t drv_stream_device(fl_stream stream);
 drv_queue *drv_stream_queue(fl_stream stream);
 
-/* ---- the fl_api functions, by the file that implements them -------------- */
+/* ---- the fl_api functions ----------------------------------------------- */
 
-fl_status drv_device_count(int32_t *count);                                  /* device.c */
-fl_status drv_device_properties(int32_t device, fl_device_properties *props);
-
-fl_status drv_malloc(int32_t device, uint64_t size, uint64_t alignment, fl_devptr *out); /* memory.c */
-fl_status drv_free(int32_t device, fl_devptr ptr);
-fl_status drv_memory_info(int32_t device, uint64_t *free_bytes, uint64_t *total_bytes);
-
-fl_status drv_stream_create(int32_t device, fl_stream *out);                 /* stream.c */
-fl_status drv_stream_destroy(fl_stream stream);
-fl_status drv_stream_synchronize(fl_stream stream);
-fl_status drv_stream_query(fl_stream stream);
-
-fl_status drv_event_create(int32_t device, fl_event *out);                   /* event.c */
-fl_status drv_event_destroy(fl_event event);
-fl_status drv_event_record(fl_event event, fl_stream stream);
-fl_status drv_event_synchronize(fl_event event);
-fl_status drv_event_query(fl_event event);
-fl_status drv_event_elapsed_ms(fl_event start, fl_event end, float *ms);
-fl_status drv_stream_wait_event(fl_stream stream, fl_event event);
-
-fl_status drv_memcpy_h2d_async(fl_stream stream, fl_devptr dst, uint64_t dst_offset,  /* copy.c */
-                               const void *src, uint64_t size);
-fl_status drv_memcpy_d2h_async(fl_stream stream, void *dst, fl_devptr src,
-                               uint64_t src_offset, uint64_t size);
-fl_status drv_memcpy_d2d_async(fl_stream stream, int32_t dst_device, fl_devptr dst,
-                               uint64_t dst_offset, int32_t src_device, fl_devptr src,
-                               uint64_t src_offset, uint64_t size);
-fl_status drv_memset_async(fl_stream stream, fl_devptr dst, uint64_t dst_offset,
-                           uint8_t value, uint64_t size);
+/* drv_device_count, drv_malloc, ... drv_launch_kernel: the calls plugin.c
+ * hands the driver library (FLD_DRIVER_CALLS; fl_abi.h "fl_api" documents
+ * each).  device.c: device_count, device_properties; memory.c: malloc, free,
+ * memory_info; stream.c: stream_*; event.c: event_*, stream_wait_event;
+ * copy.c: memcpy_*_async, memset_async; launch.c: launch_kernel. */
+FLD_DECLARE_DRIVER_CALLS(drv);
 
 extern const fl_collectives_extension drv_collectives_extension;              /* collective.c */
 extern const fl_host_memory_extension drv_host_memory_extension;               /* host_memory.c */
 /* The head of the extension chain: IPC, host memory, then the collectives. */
 extern const fl_ipc_extension drv_ipc_extension;                               /* ipc.c */
-
-fl_status drv_launch_kernel(fl_stream stream, const fl_kernel_entry *kernel,   /* launch.c */
-                            const fl_arg *args, uint32_t nargs);
 
 #pragma GCC visibility pop
 
