@@ -239,3 +239,84 @@ def test_cross_stream_tracking_takes_the_python_path(script):
     """)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("ok")
+
+
+def _mlp_step(device: str):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data, target = torch.randn(1, 8).to(device), torch.randn(1, 4).to(device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(model(data), target)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return model, step
+
+
+def test_a_train_step_stays_in_cpp_and_matches_cpu(fl):
+    """Forward, backward (its seed gradient from empty_strided), SGD's foreach update: after
+    the first steps no call of the step enters Python, and the weights stay CPU's."""
+    model, step = _mlp_step("fl:0")
+    cpu_model, cpu_step = _mlp_step("cpu")
+    for _ in range(3):
+        step(), cpu_step()
+    before = _python_calls(fl)
+    for _ in range(5):
+        loss, cpu_loss = step(), cpu_step()
+    assert _python_calls(fl) == before, "a steady-state train step went through Python"
+    torch.testing.assert_close(loss.cpu(), cpu_loss)
+    for got, want in zip(model.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(got.detach().cpu(), want.detach())
+
+
+def test_foreach_in_place_serves_in_cpp_and_keeps_the_per_tensor_route(fl):
+    def lists(device):
+        g = torch.Generator().manual_seed(1)
+        return ([torch.randn(5, generator=g).to(device), torch.randn(2, 3, generator=g).to(device)],
+                [torch.randn(5, generator=g).to(device), torch.randn(2, 3, generator=g).to(device)])
+    (a, b), (ca, cb) = lists("fl:0"), lists("cpu")
+    for alpha in (0.5, -2.0, 3.0):
+        torch._foreach_add_(a, b, alpha=alpha)
+        torch._foreach_add_(ca, cb, alpha=alpha)
+    before = _python_calls(fl)
+    torch._foreach_add_(a, b, alpha=0.25)          # a new float: patched, not a new signature
+    torch._foreach_add_(ca, cb, alpha=0.25)
+    assert _python_calls(fl) == before
+    for got, want in zip(a, ca):
+        torch.testing.assert_close(got.cpu(), want)
+    mixed = [a[0], a[1].double()]                   # two dtypes: PyTorch's per-tensor loop
+    torch._foreach_add_(mixed, [b[0], b[1].double()], alpha=2.0)
+    torch._foreach_add_(mixed, [b[0], b[1].double()], alpha=2.0)
+    torch.testing.assert_close(a[0].cpu(), ca[0] + 4 * cb[0])
+    with pytest.raises(RuntimeError, match="same number of tensors"):
+        torch._foreach_add_(a, b[:1], alpha=1.0)
+
+
+def test_factories_serve_in_cpp_as_the_python_route_would(fl):
+    from fl_runtime.errors import DeviceNotFoundError
+
+    def made():
+        return [torch.empty(2, 3, device="fl:0"), torch.empty((4, 0), dtype=torch.int64, device="fl:0"),
+                torch.empty_strided((3, 4), (1, 3), dtype=torch.float64, device="fl:0"),
+                torch.empty(2, 3, 4, 5, device="fl:0", memory_format=torch.channels_last),
+                torch.ones_like(torch.ones(3, 2, device="fl:0").t())]
+    made()
+    before = _python_calls(fl)
+    fast = made()
+    assert _python_calls(fl) - before == 1, "only channels_last goes to the Python kernel"
+    with _python_route(fl):
+        slow = made()
+    for got, want in zip(fast, slow):
+        assert (got.shape, got.stride(), got.dtype, got.device) == (want.shape, want.stride(), want.dtype,
+                                                                     want.device)
+    torch.testing.assert_close(fast[-1].cpu(), torch.ones(2, 3))
+    stats = torch.fl.memory_stats(0)["allocated_bytes.all.current"]
+    grown = torch.empty(1 << 16, device="fl:0")
+    assert torch.fl.memory_stats(0)["allocated_bytes.all.current"] - stats >= grown.nbytes
+    with pytest.raises(DeviceNotFoundError):
+        torch.empty(3, device=f"fl:{torch.fl.device_count()}")
+    with pytest.raises(Exception, match="complex128|dtype"):
+        torch.empty(3, dtype=torch.complex128, device="fl:0")

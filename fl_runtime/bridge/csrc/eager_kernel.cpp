@@ -14,11 +14,13 @@
 
 #include "call_key.h"
 #include "device_allocator.h"
+#include "factory_kernels.h"
 #include "fast_path_switches.h"
 #include "program_table.h"
 #include "python_calls.h"
 #include "python_kernel.h"
 #include "thread_state.h"
+#include "view_kernels.h"
 
 namespace fl_bridge {
 namespace {
@@ -27,12 +29,6 @@ constexpr c10::DeviceType kFl = c10::DeviceType::PrivateUse1;
 
 PyObject* g_launch_failure = nullptr;
 std::vector<uintptr_t> g_default_streams;    // set once, before any kernel is registered
-
-torch::Library& library() {
-  // Registrations live as long as this object: the process.
-  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-  return *lib;
-}
 
 // Scratch for one launch's fl_arg array: the plugin copies what it keeps before
 // launch_kernel returns (fl_abi.h), so each thread reuses its own.
@@ -292,7 +288,7 @@ PyObject* take_counts_py(PyObject*, PyObject*) {
 
 PyObject* eager_stats_py(PyObject*, PyObject*) {
   HANDLE_TH_ERRORS
-  uint64_t python_calls = 0;
+  uint64_t python_calls = factory_python_calls();
   {
     std::lock_guard<std::mutex> lock(g_kernels_lock);
     for (const EagerKernel* kernel : g_kernels) {
@@ -313,11 +309,17 @@ PyMethodDef g_methods[] = {
      "set_switch(bit, on): send every eager call to Python while a bit is set (fast_path_switches.h)"},
     {"set_kernel_epoch", set_kernel_epoch_py, METH_O, "set_kernel_epoch(n): the kernel tables changed"},
     {"take_counts", take_counts_py, METH_NOARGS, "take_counts() -> {op: calls served in C++ since the last take}"},
-    {"eager_stats", eager_stats_py, METH_NOARGS, "eager_stats() -> {'python_calls': n}"},
+    {"eager_stats", eager_stats_py, METH_NOARGS, "eager_stats() -> {'python_calls': calls the C++ kernels (eager, factories) handed to Python}"},
     {nullptr, nullptr, 0, nullptr},
 };
 
 } // namespace
+
+torch::Library& private_use1_library() {
+  // Registrations live as long as this object: the process.
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  return *lib;
+}
 
 void configure_eager(PyObject* launch_failure, PyObject* default_streams) {
   TORCH_CHECK_TYPE(PyTuple_Check(default_streams), "configure_eager: default_streams is a tuple of ints");
@@ -340,11 +342,14 @@ void register_eager_op(const std::string& name, PyObject* kernel, PyObject* prog
     std::lock_guard<std::mutex> lock(g_kernels_lock);
     g_kernels.push_back(functor.get());    // owned by the dispatcher from here, which keeps it
   }
-  library().impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(functor)));
+  private_use1_library().impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(functor)));
 }
 
 void register_view(const std::string& name) {
-  library().impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&redispatch_to_cpu>());
+  if (register_unboxed_view(private_use1_library(), name)) {
+    return;
+  }
+  private_use1_library().impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&redispatch_to_cpu>());
 }
 
 PyMethodDef* eager_methods() {

@@ -11,6 +11,8 @@
 
 #include <string>
 
+#include <torch/library.h>
+
 namespace fl_bridge {
 
 // The Python half: `launch_failure(name, device, status)` raises what ops/eager/launcher.py raises
@@ -21,6 +23,9 @@ void configure_eager(PyObject* launch_failure, PyObject* default_streams);
 // Python kernel, `program_of(args, kwargs)` the launch program spec the last call recorded
 // for that signature, or None.
 void register_eager_op(const std::string& name, PyObject* kernel, PyObject* program_of);
+
+// The process's `aten` IMPL library for PrivateUse1, which every C++ kernel registers in.
+torch::Library& private_use1_library();
 
 // A metadata-only view (view, as_strided ...): PyTorch's CPU kernel, which reads no data.
 void register_view(const std::string& name);

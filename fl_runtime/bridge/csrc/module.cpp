@@ -23,6 +23,7 @@
 #include "device_allocator.h"
 #include "device_guard.h"
 #include "eager_kernel.h"
+#include "factory_kernels.h"
 #include "generator.h"
 #include "graph.h"
 #include "hooks.h"
@@ -170,7 +171,8 @@ PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__fl_bridge(void) {
   PyObject* module = PyModule_Create(&module_def);
   if (module != nullptr && (add_memory_methods(module) < 0 ||
-                            PyModule_AddFunctions(module, fl_bridge::eager_methods()) < 0)) {
+                            PyModule_AddFunctions(module, fl_bridge::eager_methods()) < 0 ||
+                            PyModule_AddFunctions(module, fl_bridge::factory_methods()) < 0)) {
     Py_CLEAR(module);
   }
   return module;

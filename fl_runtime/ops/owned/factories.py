@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from fl_runtime.devices.storage import contiguous_strides, storage_nbytes
+from fl_runtime.ops.boundary import leaves_runtime
 
 _CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
@@ -55,8 +56,12 @@ def register(library: torch.library.Library, rt, resizable_storage: bool = False
     def set_storage(self, source, storage_offset=0, size=(), stride=()):
         return _set_metadata(self, source, storage_offset, tuple(size), tuple(stride))
 
-    library.impl("empty_strided", empty_strided, "PrivateUse1")
-    library.impl("empty.memory_format", empty, "PrivateUse1")
+    native = rt.launcher.native
+    for name, kernel in (("empty_strided", empty_strided), ("empty.memory_format", empty)):
+        if native is not None:     # C++ serves the common call, these the rest (bridge/csrc/factory_kernels.h)
+            native.register_factory(name, leaves_runtime(kernel))
+        else:
+            library.impl(name, kernel, "PrivateUse1")
     library.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
     library.impl("resize_", resize_, "PrivateUse1")
     library.impl("set_.source_Storage_storage_offset", set_storage, "PrivateUse1")

@@ -47,7 +47,7 @@ def register(library: torch.library.Library, rt) -> None:
     out-of-place op: its `.out` kernel)."""
     for name, per_tensor in _IN_PLACE.items():
         if name in rt.op_names:
-            library.impl(name, _make_in_place(rt, name, per_tensor), "PrivateUse1")
+            rt.launcher.register_owned(library, name, _make_in_place(rt, name, per_tensor))
     for name, per_tensor in _OUT_OF_PLACE.items():
         if f"{name}.out" in rt.op_names:
             library.impl(name, _make_kernel(rt, name, per_tensor), "PrivateUse1")
