@@ -65,3 +65,69 @@ def test_spawned_child_uses_fl(script):
     """)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_fork_while_another_thread_allocates_never_hangs_the_child(python):
+    """fork() copies the allocator's mutexes in whatever state other threads left them: a
+    backward pass (allocations and frees in C++, without the GIL) runs in a loop while the
+    main thread forks, and each child must still free what it inherited, read the
+    allocator's figures, get FLBadForkError for an op whose signature already has a C++
+    program, and do CPU work (bridge/csrc/fork_handlers.h)."""
+    result = python("""
+        import faulthandler, os, sys, threading, time, torch, torch_fl
+        from fl_runtime import bridge
+        from fl_runtime.errors import FLBadForkError
+        native = sys.modules.get("fl_runtime.bridge._fl_bridge")
+        w = torch.ones(16, device="fl", requires_grad=True)
+        x = torch.ones(16, device="fl")
+        x + 1                                    # a signature the C++ path serves from now on
+        stop = threading.Event()
+
+        def churn():
+            while not stop.is_set():
+                y = w
+                for _ in range(300):
+                    y = y * 1.0001 + w
+                y.sum().backward()
+        thread = threading.Thread(target=churn)
+        thread.start()
+        outcomes, hung = {}, 0
+        for _ in range(40):
+            r, wr = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(r)
+                faulthandler.dump_traceback_later(15, exit=True)    # a hang shows where, on stderr
+                try:
+                    x + 1
+                    line = "op: no error"
+                except FLBadForkError:
+                    line = "op: FLBadForkError"
+                global_x = globals().pop("x")
+                del global_x                     # frees the inherited block (C++ allocator)
+                if native is not None:
+                    native.figures(0)            # takes the allocator's mutex
+                line += f" cpu={(torch.arange(4.0) * 2).sum().item()}"
+                os.write(wr, line.encode())
+                os._exit(0)
+            os.close(wr)
+            deadline = time.monotonic() + 20
+            while not os.waitpid(pid, os.WNOHANG)[0]:
+                if time.monotonic() > deadline:
+                    hung += 1
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.005)
+            line = os.read(r, 1000).decode()
+            os.close(r)
+            outcomes[line] = outcomes.get(line, 0) + 1
+        stop.set()
+        thread.join()
+        print("hung", hung, "bridge", bridge.status().active)
+        print(outcomes)
+    """, timeout=600)
+    assert result.returncode == 0, result.stderr
+    summary, outcomes = result.stdout.strip().splitlines()[-2:]
+    assert summary.startswith("hung 0 "), (summary, outcomes, result.stderr[-4000:])
+    assert outcomes == str({"op: FLBadForkError cpu=12.0": 40})

@@ -413,6 +413,22 @@ CachingAllocator& allocator_of(c10::DeviceIndex device) {
   return *(*g_allocators)[static_cast<size_t>(device)];
 }
 
+void lock_allocators_for_fork() noexcept {
+  if (allocators_installed()) {
+    for (CachingAllocator* allocator : *g_allocators) {
+      allocator->lock_for_fork();
+    }
+  }
+}
+
+void unlock_allocators_after_fork() noexcept {
+  if (allocators_installed()) {
+    for (CachingAllocator* allocator : *g_allocators) {
+      allocator->unlock_after_fork();
+    }
+  }
+}
+
 c10::DeviceIndex device_of_address(uint64_t address) {
   if (!allocators_installed()) {
     return -1;

@@ -102,6 +102,11 @@ class CachingAllocator {
   // Stream ids some live block was recorded on (the runtime keeps those streams alive).
   std::vector<c10::StreamId> streams_in_use() const;
 
+  // Held across a fork() by the forking thread (fork_handlers.h), so the child never
+  // inherits an update half done.
+  void lock_for_fork() { mutex_.lock(); }
+  void unlock_after_fork() { mutex_.unlock(); }
+
   c10::DeviceIndex device() const noexcept { return device_; }
   const VendorDevice& vendor() const noexcept { return vendor_; }
 
@@ -137,6 +142,10 @@ class CachingAllocator {
 void install_allocators(std::vector<CachingAllocator*> allocators);
 bool allocators_installed() noexcept;
 CachingAllocator& allocator_of(c10::DeviceIndex device);
+// Every installed allocator's mutex, taken in device order before a fork and given back
+// after it (fork_handlers.h); nothing before install.
+void lock_allocators_for_fork() noexcept;
+void unlock_allocators_after_fork() noexcept;
 // The device whose allocator holds `address`, or -1.
 c10::DeviceIndex device_of_address(uint64_t address);
 

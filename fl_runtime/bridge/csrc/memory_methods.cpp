@@ -4,6 +4,7 @@
 
 #include "caching_allocator.h"
 #include "device_allocator.h"
+#include "fork_handlers.h"
 #include "memory_history.h"
 
 namespace fl_bridge {
@@ -59,6 +60,7 @@ PyObject* install(PyObject*, PyObject* devices) {
   }
   Py_DECREF(sequence);
   install_allocators(std::move(allocators));
+  register_fork_handlers();
   Py_RETURN_NONE;
   END_HANDLE_TH_ERRORS
 }
