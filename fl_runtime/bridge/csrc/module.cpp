@@ -5,6 +5,7 @@
 //   current_stream(index) / set_current_stream(index, stream_id)
 //                                      this thread's state (thread_state.h)
 //   install_allocators, alloc, free, ... the device allocators (memory_methods.h)
+//   python_entries() -> n              times C++ entered Python (python_calls.h)
 //   default_generator(index) -> torch.Generator
 //   reserve(generator, numel) -> (seed, offset)
 //                                      counters for one random kernel (generator.h)
@@ -147,6 +148,10 @@ PyObject* reserve(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   END_HANDLE_TH_ERRORS
 }
 
+PyObject* python_entries_py(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(python_entries());
+}
+
 PyMethodDef methods[] = {
     {"install", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(install)), METH_FASTCALL,
      "install(calls, device_count) -> bool: register the bridge with PyTorch (True the first time)"},
@@ -155,6 +160,8 @@ PyMethodDef methods[] = {
     {"current_stream", current_stream_py, METH_O, "This thread's current stream id on fl:index."},
     {"set_current_stream", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(set_current_stream_py)),
      METH_FASTCALL, "set_current_stream(index, stream_id) -> the id it replaced"},
+    {"python_entries", python_entries_py, METH_NOARGS,
+     "Times the bridge has taken the GIL to run Python (python_calls.h); the C++ steady state adds none."},
     {"default_generator", default_generator_py, METH_O, "The default torch.Generator of fl:index."},
     {"reserve", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(reserve)), METH_FASTCALL,
      "reserve(generator, numel) -> (seed, offset) for one random kernel"},

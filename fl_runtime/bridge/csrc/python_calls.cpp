@@ -1,5 +1,6 @@
 #include "python_calls.h"
 
+#include <atomic>
 #include <cstdarg>
 
 #include <c10/util/Exception.h>
@@ -9,6 +10,7 @@ namespace fl_bridge {
 namespace {
 
 PyObject* g_calls = nullptr;
+std::atomic<uint64_t> g_python_entries{0};
 
 // runtime.<method>(args); a new reference, or nullptr with the Python error set.
 PyObject* vcall(const char* method, const char* format, va_list args) {
@@ -42,6 +44,14 @@ PyObject* checked(PyObject* result) {
 }
 
 } // namespace
+
+void count_python_entry() noexcept {
+  g_python_entries.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t python_entries() noexcept {
+  return g_python_entries.load(std::memory_order_relaxed);
+}
 
 bool interpreter_gone() noexcept {
   if (!Py_IsInitialized()) {

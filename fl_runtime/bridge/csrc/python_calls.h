@@ -39,10 +39,17 @@ void call_quietly(const char* method, const char* format, ...) noexcept;
 // made the finalizing check public as Py_IsFinalizing and removed the private name).
 bool interpreter_gone() noexcept;
 
-// RAII: the GIL, taken for the scope (PyGILState: any thread, nested or not).
+// Every time the bridge takes the GIL to run Python (each Gil below, and the Python kernel's
+// entry in python_kernel.cpp): one relaxed atomic add, on the paths that enter Python only.
+// The steady state's C++ path leaves the count unchanged; tests/runtime/test_gil_free_path.py reads it
+// through the module's python_entries() to prove it (docs/users/native-bridge.md "Eager ops").
+void count_python_entry() noexcept;
+uint64_t python_entries() noexcept;
+
+// RAII: the GIL, taken for the scope (PyGILState: any thread, nested or not), counted.
 class Gil {
  public:
-  Gil() : state_(PyGILState_Ensure()) {}
+  Gil() : state_(PyGILState_Ensure()) { count_python_entry(); }
   ~Gil() { PyGILState_Release(state_); }
   Gil(const Gil&) = delete;
   Gil& operator=(const Gil&) = delete;

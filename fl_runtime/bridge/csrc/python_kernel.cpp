@@ -106,6 +106,7 @@ void call_python_kernel(PyObject* function, const c10::OperatorHandle& op, torch
   const auto& schema = op.schema();
   auto arguments = torch::jit::pop(*stack, schema.arguments().size());
   pybind11::gil_scoped_acquire gil;
+  count_python_entry();
   auto [args, kwargs] = to_python_call(schema, arguments);
   arguments.clear();         // Python holds the values now: a failed call frees nothing here
   PyObject* out = PyObject_Call(function, args, kwargs);

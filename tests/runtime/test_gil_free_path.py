@@ -1,0 +1,119 @@
+"""The native bridge's steady state runs without Python (docs/users/native-bridge.md "Eager
+ops"): once a call signature has its recorded program, tiny ops, views and the allocations
+and frees of their outputs through the C++ caching allocator neither take the interpreter
+lock from C++ nor run a Python frame.
+
+Two independent probes, each shown to move when Python does run, so neither is vacuous:
+- the bridge's count of its own GIL entries (python_calls.h python_entries: every Gil and the
+  Python kernel's entry), with the C++ kernels' count of calls sent to Python (eager_stats);
+- sys.setprofile, which sees any Python frame, including kernels PyTorch itself calls from
+  C++ (torch.library Python registrations), which the bridge's count cannot see.
+Each runs in a fresh process: an earlier test may have switched cross-stream tracking on,
+which sends every call to Python by design (fast_path_switches.h)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_python
+
+pytestmark = pytest.mark.skipif("not __import__('fl_runtime.bridge', fromlist=['x']).status().active",
+                                reason="the Python route: every op runs in Python by design")
+
+_PROBE = """
+import json, sys, threading
+import torch, torch_fl
+native = sys.modules["fl_runtime.bridge._fl_bridge"]
+HERE = __file__ if "__file__" in globals() else "<string>"
+
+def steady_ops(device):
+    x = torch.ones(16, device=device)
+    inplace = torch.zeros(16, device=device)
+    a = torch.ones(8, 8, device=device)
+    return [lambda: x + 1, lambda: inplace.add_(1), lambda: a @ a, lambda: torch.relu(x), lambda: x.sum(),
+            lambda: a.view(64), lambda: a.t(), lambda: a[1], lambda: x * x, lambda: torch.softmax(a, -1)]
+
+frames = []
+
+def profile(frame, event, arg):
+    if event == "call" and frame.f_code.co_filename != HERE:
+        frames.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+
+def counters():
+    hits = native.figures(0)["cache_hits"]
+    return native.python_entries(), native.eager_stats()["python_calls"], hits
+
+def measure(run, calls):
+    torch.fl.synchronize()
+    del frames[:]
+    before = counters()
+    sys.setprofile(profile)
+    for _ in range(calls):
+        run()
+    sys.setprofile(None)
+    after = counters()
+    torch.fl.synchronize()
+    return {"gil": after[0] - before[0], "python_kernel": after[1] - before[1], "cache_hits": after[2] - before[2],
+            "frames": len(frames), "first_frames": frames[:3]}
+
+ops = steady_ops("fl:0")
+def all_ops():
+    for op in ops:
+        op()
+for _ in range(5):
+    all_ops()
+result = {"steady": measure(all_ops, 300)}
+ones = torch.ones(16, device="fl:0")
+result["value"] = (ones + 1).cpu().tolist() == [2.0] * 16
+shapes = iter(range(3, 40))
+result["new_signature"] = measure(lambda: torch.ones(next(shapes), device="fl:0") * 3, 1)
+# The same from a second thread on the second device, while this one waits in join().
+other = {}
+def drive():
+    torch.fl.set_device(1)
+    mine = steady_ops("fl:1")
+    for op in mine * 5:
+        op()
+    torch.fl.synchronize()
+    before = native.python_entries()
+    for _ in range(300):
+        for op in mine:
+            op()
+    other["gil"] = native.python_entries() - before
+thread = threading.Thread(target=drive)
+thread.start()
+thread.join()
+result["thread"] = other
+print(json.dumps(result))
+"""
+
+
+@pytest.fixture(scope="module")
+def probe():
+    result = run_python(_PROBE)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_steady_state_tiny_ops_never_enter_python(probe):
+    steady = probe["steady"]
+    assert steady["gil"] == 0, steady
+    assert steady["python_kernel"] == 0, steady
+    assert steady["frames"] == 0, steady["first_frames"]
+    assert probe["value"]
+
+
+def test_steady_state_outputs_come_from_the_cpp_allocator_pool(probe):
+    # Six of the ten ops allocate an output per call (not the three views nor add_), each
+    # one a reuse of the block the previous call freed.
+    assert probe["steady"]["cache_hits"] >= 6 * 300
+
+
+def test_a_call_python_must_serve_moves_both_probes(probe):
+    first = probe["new_signature"]
+    assert first["gil"] >= 1 and first["python_kernel"] >= 1, first
+    assert first["frames"] >= 1, first
+
+
+def test_a_second_thread_on_another_device_stays_off_the_interpreter(probe):
+    assert probe["thread"]["gil"] == 0, probe["thread"]
