@@ -9,6 +9,8 @@ rows: tiny ops (`x + 1` on 16 floats, `x.add_(1)`, an 8x8 mm, relu, sum, a view)
 MLP training step (~40 ops), and two threads each driving its own device against one thread.
 Rounds alternate between the columns (the machine is shared: `uptime` is printed), each
 keeping its best; the figures are microseconds per op (per step for the MLP).
+`--plugin null` runs the fl columns on the null plugin (benchmarks/null_plugin.py: launches
+return at once, no stream worker threads), so the two-thread row measures the runtime alone.
 """
 from __future__ import annotations
 
@@ -115,8 +117,10 @@ def measure(device: str, calls: int) -> dict:
     return figures
 
 
-def _child(route: str, calls: int) -> dict:
+def _child(route: str, calls: int, plugin: str | None) -> dict:
     env = {**os.environ, "TORCH_FL_BRIDGE": "0" if route == "python" else "1"}
+    if plugin is not None:
+        env.update(TORCH_FL_PLUGINS=plugin, TORCH_FL_DISABLE_ENTRY_POINTS="1")
     out = subprocess.run([sys.executable, __file__, CHILD, str(calls)], capture_output=True, text=True, env=env,
                          check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -136,18 +140,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=4000)
     parser.add_argument("--json")
+    parser.add_argument("--plugin", choices=("installed", "null"), default="installed")
     args = parser.parse_args()
+    plugin = None
+    if args.plugin == "null":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from null_plugin import build_null_plugin
+        plugin = str(build_null_plugin())
     best: dict[str, dict[str, float]] = {"native CPU": {}, "fl bridge": {}, "fl Python route": {}}
     for _ in range(args.rounds):
         for route, column in (("bridge", "fl bridge"), ("python", "fl Python route")):
-            figures = _child(route, args.calls)
+            figures = _child(route, args.calls, plugin)
             assert figures["bridge"] == (route == "bridge"), f"the {route} child ran on the other route"
             for name, us in figures["fl"].items():
                 best[column][name] = min(us, best[column].get(name, float("inf")))
             for name, us in figures["cpu"].items():
                 best["native CPU"][name] = min(us, best["native CPU"].get(name, float("inf")))
     rows = list(best["fl bridge"])
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; uptime: {os.popen('uptime').read().strip()}")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; plugin: {args.plugin}; uptime: {os.popen('uptime').read().strip()}")
     print(f"{'row':32} {'native CPU':>11} {'fl bridge':>10} {'fl Python':>10} {'bridge/CPU':>11} {'Python/CPU':>11}")
     for name in rows:
         cpu = best["native CPU"].get(name)

@@ -20,7 +20,11 @@ keeping each one's best:
   signature's first call goes, and the untimed column what a steady loop costs;
 - fl on the reference vendor: the end-to-end figure the targets name;
 - for the mixes whose builder takes `graph`, the same on the graph path: the model's forward (and the
-  loss) compiled with torch.compile(backend="fl") (docs/users/graph-path.md), the optimizer eager.
+  loss) compiled with torch.compile(backend="fl") (docs/users/graph-path.md), the optimizer eager;
+- the fl columns again on the Python route (TORCH_FL_BRIDGE=0: every op through the Python
+  launcher), in a child process, since the route is fixed when torch_fl starts
+  (docs/users/native-bridge.md).  The child runs right after this process's rounds of each mix,
+  with its own native column interleaved with its fl ones, and its ratios are over that column.
 
 Per-op figures divide a step's time by the aten ops one step dispatches on the
 CPU (counted once with a TorchDispatchMode), the same denominator for every
@@ -279,22 +283,38 @@ def _best(a: dict | None, b: dict) -> dict:
     return b if a is None else {k: min(a[k], b[k]) for k in b}
 
 
-def measure_mix(name: str, builder, iterations: int, rounds: int, null_dev: str, ref_dev: str, sync) -> dict:
+def mix_steps(builder, null_dev: str, ref_dev: str, sync) -> tuple[dict, dict]:
+    """(column -> step, column -> its sync) of one mix: native, fl on the null plugin, fl on the
+    reference vendor, and the two fl ones on the graph path where the builder offers it."""
     steps = {"native": builder("cpu"), "null": builder(null_dev), "ref": builder(ref_dev)}
     syncs = {"native": lambda: None, "null": lambda: sync(null_dev), "ref": lambda: sync(ref_dev)}
     if has_graph_variant(builder):
         steps.update(null_graph=builder(null_dev, graph=True), ref_graph=builder(ref_dev, graph=True))
         syncs.update(null_graph=syncs["null"], ref_graph=syncs["ref"])
-    ops = count_ops(steps["native"])
+    return steps, syncs
+
+
+def best_times(steps: dict, syncs: dict, iterations: int, rounds: int, after_round=None) -> dict:
+    """Column -> the best (per clock) of `rounds` alternating rounds: a neighbour's burst hits
+    every column alike."""
     best: dict = {k: None for k in steps}
-    best_timed = None
-    for _ in range(rounds):        # alternate: a neighbour's burst hits every column alike
+    for _ in range(rounds):
         for key, step in steps.items():
             best[key] = _best(best[key], time_step(step, iterations, syncs[key]))
-        timed = timed_phases(steps["null"], iterations, syncs["null"])
-        if best_timed is None or timed[0] < best_timed[0]:
-            best_timed = timed
-    spent_timed, phases, calls = best_timed
+        if after_round is not None:
+            after_round()
+    return best
+
+
+def measure_mix(name: str, builder, iterations: int, rounds: int, null_dev: str, ref_dev: str, sync) -> dict:
+    steps, syncs = mix_steps(builder, null_dev, ref_dev, sync)
+    ops = count_ops(steps["native"])
+    timings = []
+
+    def timed_round():
+        timings.append(timed_phases(steps["null"], iterations, syncs["null"]))
+    best = best_times(steps, syncs, iterations, rounds, timed_round)
+    spent_timed, phases, calls = min(timings, key=lambda timed: timed[0])
     us = 1e6 / ops
     row = {"mix": name, "aten_ops_per_iter": ops, "launcher_calls_per_iter": calls, "iterations": iterations,
            "seconds_per_iter": best,
@@ -311,6 +331,21 @@ def measure_mix(name: str, builder, iterations: int, rounds: int, null_dev: str,
         row["graph_null_over_native"] = best["null_graph"]["thread"] / best["native"]["thread"]
         row["graph_ref_over_native_wall"] = best["ref_graph"]["wall"] / best["native"]["wall"]
     return row
+
+
+def add_python_route(row: dict, seconds: dict) -> None:
+    """Join the Python route's best seconds per iteration (python_route_child) into a mix's row:
+    each ratio over the child's own native column."""
+    us = 1e6 / row["aten_ops_per_iter"]
+    native = seconds["native"]
+    row["python_route"] = {"seconds_per_iter": seconds,
+                           "null_us_per_op": seconds["null"]["thread"] * us,
+                           "null_over_native": seconds["null"]["thread"] / native["thread"],
+                           "ref_over_native_wall": seconds["ref"]["wall"] / native["wall"]}
+    if "null_graph" in seconds:
+        row["python_route"].update(graph_null_us_per_op=seconds["null_graph"]["thread"] * us,
+                                   graph_null_over_native=seconds["null_graph"]["thread"] / native["thread"],
+                                   graph_ref_over_native_wall=seconds["ref_graph"]["wall"] / native["wall"])
 
 
 def tiny_op_rows(null_dev: str, repeats: int, rounds: int, sync) -> list[dict]:
@@ -373,7 +408,102 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+ROUTE_CHILD = "--python-route-child"
+DECODE_MIX, DECODE_TOKENS = "Llama decode, static cache", 16
+
+
+def start_runtime():
+    """Both plugins in this process (the reference vendor and the null plugin), PyTorch with one
+    intra-op thread.  Returns (torch_fl, reference device, null device, sync(device))."""
+    null_lib = build_null_plugin()
+    os.environ["TORCH_FL_DISABLE_ENTRY_POINTS"] = "1"
+    os.environ["TORCH_FL_PLUGINS"] = os.pathsep.join([str(REFERENCE_LIB), str(null_lib)])
+    import torch
+    torch.set_num_threads(1)
+    import torch_fl
+    by_path = {d["plugin_path"]: d["device"] for d in reversed(torch_fl.list_devices())}
+
+    def sync(device: str) -> None:
+        torch_fl.synchronize(int(device.split(":")[1]))
+    return torch_fl, by_path[str(REFERENCE_LIB)], by_path[str(null_lib)], sync
+
+
+def python_route_child(request: dict) -> dict:
+    """The child's side of on_python_route: the requested mix (or, for none, the tiny ops)
+    measured as the parent measures them, times only."""
+    _, ref_dev, null_dev, sync = start_runtime()
+    from fl_runtime import bridge
+    if bridge.status().active:
+        raise SystemExit("the Python-route child runs with the bridge: is TORCH_FL_BRIDGE=0 ignored?")
+    if request["mix"] is None:
+        return {"tiny_ops": tiny_op_rows(null_dev, request["repeats"], request["rounds"], sync)}
+    builder, iterations = MIXES[request["mix"]]
+    steps, syncs = mix_steps(builder, null_dev, ref_dev, sync)
+    return {"seconds_per_iter": best_times(steps, syncs, iterations, request["rounds"])}
+
+
+def on_python_route(mix: str | None, rounds: int, repeats: int) -> dict:
+    """python_route_child's answer from a child process on the Python route."""
+    request = json.dumps({"mix": mix, "rounds": rounds, "repeats": repeats})
+    result = subprocess.run([sys.executable, __file__, ROUTE_CHILD, request], capture_output=True, text=True,
+                            env={**os.environ, "TORCH_FL_BRIDGE": "0"})
+    if result.returncode != 0:
+        raise RuntimeError(f"the Python-route child failed for {mix or 'the tiny ops'}:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _ratio(value: float | None) -> str:
+    return f"{value:6.2f}x" if value is not None else f"{'':7s}"
+
+
+def _host_table(rows: list[dict], title: str, unit: str, routes: tuple[str, str], prefix: str) -> None:
+    """Native, this process's route and the Python route's host cost per op, with ratios over
+    each process's own native column; `prefix` picks the graph path's keys."""
+    if not rows:
+        return
+    here, python = routes
+    print(f"\n{title:28s} {'native':>7s} {here:>7s} {'ratio':>7s} {python:>7s} {'ratio':>7s}   ({unit})")
+    for r in rows:
+        p = r.get("python_route", {})
+        print(f"{r['mix']:28s} {r['native_us_per_op']:7.2f} {r[prefix + 'null_us_per_op']:7.2f} "
+              f"{_ratio(r[prefix + 'null_over_native'])} {p.get(prefix + 'null_us_per_op', float('nan')):7.2f} "
+              f"{_ratio(p.get(prefix + 'null_over_native'))}")
+
+
+def report(rows: list[dict], tiny: list[dict], routes: tuple[str, str]) -> None:
+    here, python = routes
+    print(f"\n{'tiny op (4x4 float32)':24s} {'native':>8s} {here:>8s} {python:>8s}   (thread-CPU us per call, null plugin)")
+    for r in tiny:
+        print(f"{r['op']:24s} {r['native_us']:8.2f} {r['null_us']:8.2f} {r.get('python_route_us', float('nan')):8.2f}")
+    _host_table(rows, "mix", "eager, thread-CPU us per aten op on the null plugin", routes, "")
+    _host_table([r for r in rows if "graph_null_us_per_op" in r], "graph path (backend=fl)",
+                "thread-CPU us per aten op of the eager mix, null plugin", routes, "graph_")
+    from fl_runtime.ops.accounting import PHASE_NAMES
+    parts = [*PHASE_NAMES, "outside launcher"]
+    print(f"\nnull plugin, timed full path (no programs), thread-CPU us per aten op: {'  '.join(p for p in parts)}")
+    for r in rows:
+        print(f"{r['mix']:28s} " + " ".join(f"{r['phases_us_per_op'][p]:6.2f}" for p in parts)
+              + f"   launcher calls/iter {r['launcher_calls_per_iter']}")
+    print("\nms per iteration (wall / process CPU): native CPU, fl null plugin, fl reference vendor; "
+          f"reference/native wall, {here} and {python}")
+    for r in rows:
+        s = r["seconds_per_iter"]
+        cols = "   ".join(f"{k} {s[k]['wall'] * 1e3:8.2f} / {s[k]['process'] * 1e3:8.2f}" for k in ("native", "null", "ref"))
+        print(f"{r['mix']:28s} {cols}   {_ratio(r['ref_over_native_wall'])} "
+              f"{_ratio(r.get('python_route', {}).get('ref_over_native_wall'))}")
+    decode = [r for r in rows if r["mix"] == DECODE_MIX]
+    if decode:
+        print(f"\n{DECODE_MIX}: tokens/s (wall; {DECODE_TOKENS} tokens per iteration, the prefill included)")
+        for label, seconds in ((here, decode[0]["seconds_per_iter"]),
+                               (python, decode[0].get("python_route", {}).get("seconds_per_iter"))):
+            if seconds:
+                print(f"  {label:12s} " + "  ".join(f"{k} {DECODE_TOKENS / v['wall']:7.0f}" for k, v in seconds.items()))
+
+
 def main() -> None:
+    if sys.argv[1:2] == [ROUTE_CHILD]:
+        print(json.dumps(python_route_child(json.loads(sys.argv[2]))))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; each column keeps its best")
     parser.add_argument("--repeats", type=int, default=2000, help="calls per tiny-op timing")
@@ -381,6 +511,7 @@ def main() -> None:
     parser.add_argument("--png", default=str(ROOT / "docs" / "benchmarks" / "host_cost.png"),
                         help="the plot (default: %(default)s)")
     parser.add_argument("--mixes", nargs="*", help="only these mixes (names as printed)")
+    parser.add_argument("--no-python-route", action="store_true", help="skip the TORCH_FL_BRIDGE=0 column")
     parser.add_argument("--replot", metavar="JSON", help="only redraw the plot from a --json file")
     args = parser.parse_args()
     if args.replot:
@@ -389,68 +520,43 @@ def main() -> None:
 
     print("import cost ...", flush=True)
     imports = import_cost()
-    null_lib = build_null_plugin()
-    os.environ["TORCH_FL_DISABLE_ENTRY_POINTS"] = "1"
-    os.environ["TORCH_FL_PLUGINS"] = os.pathsep.join([str(REFERENCE_LIB), str(null_lib)])
+    torch_fl, ref_dev, null_dev, sync = start_runtime()
     import torch
-    torch.set_num_threads(1)
-    import torch_fl
-    by_path = {d["plugin_path"]: d["device"] for d in reversed(torch_fl.list_devices())}
-    ref_dev, null_dev = by_path[str(REFERENCE_LIB)], by_path[str(null_lib)]
-
-    def sync(device: str) -> None:
-        torch_fl.synchronize(int(device.split(":")[1]))
-
+    from fl_runtime import bridge, compiled
+    here = "bridge" if bridge.status().active else "Python"
+    routes = (here, "Py route") if not args.no_python_route else (here, "-")
     load = os.getloadavg()
-    from fl_runtime import compiled
     helpers_compiled = not compiled.pure_python_asked() and not compiled.missing()
     helpers = "compiled" if helpers_compiled else "Python versions (or some not built; torch-fl doctor says)"
-    print(f"torch {torch.__version__} (1 thread), Torch-FL {torch_fl.__version__}; reference {ref_dev}, "
-          f"null plugin {null_dev}; helpers {helpers}; load average {load[0]:.1f}\n")
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; torch {torch.__version__} (1 thread), "
+          f"Torch-FL {torch_fl.__version__}; reference {ref_dev}, null plugin {null_dev}; this process on the "
+          f"{here} route; helpers {helpers}; load average {load[0]:.1f}\n")
     print(f"import torch {imports['import_torch_s']:.2f} s; then import torch_fl + discovery "
           f"{imports['import_torch_fl_and_discovery_s']:.3f} s ({imports['devices']} devices)\n")
     tiny = tiny_op_rows(null_dev, args.repeats, args.rounds, sync)
-    print(f"{'tiny op (4x4 float32)':24s} {'native':>8s} {'fl null':>8s} {'added':>8s}   (us per call)")
-    for r in tiny:
-        print(f"{r['op']:24s} {r['native_us']:8.2f} {r['null_us']:8.2f} {r['added_us']:8.2f}")
+    if not args.no_python_route:
+        for r, theirs in zip(tiny, on_python_route(None, args.rounds, args.repeats)["tiny_ops"]):
+            r["python_route_us"], r["python_route_native_us"] = theirs["null_us"], theirs["native_us"]
     rows = []
     for name, (builder, iterations) in MIXES.items():
         if args.mixes and name not in args.mixes:
             continue
         print(f"measuring {name} ...", flush=True)
         rows.append(measure_mix(name, builder, iterations, args.rounds, null_dev, ref_dev, sync))
-    from fl_runtime.ops.accounting import PHASE_NAMES
-    parts = [*PHASE_NAMES, "outside launcher"]
-    print(f"\n{'mix':28s} {'ops':>6s} {'native':>7s} {'fl null':>7s} {'ratio':>6s}"
-          "   (host: thread-CPU us per aten op; ratio over native)")
-    for r in rows:
-        print(f"{r['mix']:28s} {r['aten_ops_per_iter']:6d} {r['native_us_per_op']:7.2f} {r['null_us_per_op']:7.2f} "
-              f"{r['null_over_native']:6.2f}")
-    graphs = [r for r in rows if "graph_null_us_per_op" in r]
-    if graphs:
-        print(f"\n{'graph path (backend=fl)':28s} {'native':>7s} {'null':>7s} {'ratio':>6s} {'ref/native wall':>16s}"
-              "   (thread-CPU us per aten op of the eager mix)")
-        for r in graphs:
-            print(f"{r['mix']:28s} {r['native_us_per_op']:7.2f} {r['graph_null_us_per_op']:7.2f} "
-                  f"{r['graph_null_over_native']:6.2f} {r['graph_ref_over_native_wall']:15.2f}x")
-    print(f"\nnull plugin, timed full path (no programs), thread-CPU us per aten op: {'  '.join(p for p in parts)}")
-    for r in rows:
-        print(f"{r['mix']:28s} " + " ".join(f"{r['phases_us_per_op'][p]:6.2f}" for p in parts)
-              + f"   launcher calls/iter {r['launcher_calls_per_iter']}")
-    print("\nms per iteration (wall / process CPU): native CPU, fl null plugin, fl reference vendor")
-    for r in rows:
-        s = r["seconds_per_iter"]
-        cols = "   ".join(f"{k} {s[k]['wall'] * 1e3:8.2f} / {s[k]['process'] * 1e3:8.2f}" for k in ("native", "null", "ref"))
-        print(f"{r['mix']:28s} {cols}   reference/native: wall {r['ref_over_native_wall']:.2f}x, "
-              f"process CPU {r['ref_over_native_process_cpu']:.2f}x")
+        if not args.no_python_route:
+            add_python_route(rows[-1], on_python_route(name, args.rounds, args.repeats)["seconds_per_iter"])
+    report(rows, tiny, routes)
     load = os.getloadavg()
     print(f"\nload average at the end {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
     if rows and args.png:
-        plot(rows, Path(args.png))
-        print(f"plot: {args.png}")
+        try:
+            plot(rows, Path(args.png))
+            print(f"plot: {args.png}")
+        except ImportError as exc:          # matplotlib comes with the `bench` extra
+            print(f"no plot ({exc}): pip install -e '.[bench]', then --replot the --json file")
     if args.json:
         Path(args.json).write_text(json.dumps({"imports": imports, "tiny_ops": tiny, "mixes": rows,
-                                               "compiled_helpers": helpers_compiled,
+                                               "compiled_helpers": helpers_compiled, "route": here,
                                                "loadavg": load}, indent=1))
 
 
