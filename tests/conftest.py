@@ -97,22 +97,26 @@ def fl():
 
 @pytest.fixture(scope="session")
 def build_plugin(tmp_path_factory):
-    """build_plugin(source, *flags, output=None) -> the shared library compiled from one C source
-    with fl_sdk's compiler and flags (fl_sdk/build.py), -Werror, fl_sdk's headers on the include
-    path; `flags` follow (-D..., -l...).  Built once per session per source text and flags;
-    `output` gets a copy (a test that needs the library under a name or in a folder of its own)."""
+    """build_plugin(source, *flags, output=None, include_dirs=None) -> the shared library compiled
+    from one C source with fl_sdk's compiler and flags (fl_sdk/build.py), -Werror, and
+    `include_dirs` on the include path (default: fl_sdk's headers; a plugin built against frozen
+    headers names their folder instead); `flags` follow (-D..., -l...).  Built once per session
+    per source text, flags and include path; `output` gets a copy (a test that needs the library
+    under a name or in a folder of its own, or that moves or rewrites it)."""
     from fl_sdk import INCLUDE_DIR
     from fl_sdk.build import BASE_FLAGS, compiler
     built: dict[str, Path] = {}
     lock = threading.Lock()
 
-    def build(source: Path | str, *flags: str, output: Path | None = None) -> Path:
+    def build(source: Path | str, *flags: str, output: Path | None = None,
+              include_dirs: list[Path] | None = None) -> Path:
         source = Path(source)
-        key = hashlib.sha256(source.read_bytes() + "\0".join(flags).encode()).hexdigest()
+        includes = [f"-I{folder}" for folder in (include_dirs if include_dirs is not None else [INCLUDE_DIR])]
+        key = hashlib.sha256(source.read_bytes() + "\0".join([*includes, *flags]).encode()).hexdigest()
         with lock:
             if key not in built:
                 library = tmp_path_factory.mktemp("plugins") / f"lib{source.stem}.so"
-                subprocess.run([compiler(), *BASE_FLAGS, "-Werror", f"-I{INCLUDE_DIR}", str(source), *flags,
+                subprocess.run([compiler(), *BASE_FLAGS, "-Werror", *includes, str(source), *flags,
                                 "-o", str(library)], check=True)
                 built[key] = library
         if output is None:

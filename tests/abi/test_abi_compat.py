@@ -25,7 +25,6 @@ from conftest import ROOT
 
 from fl_runtime import abi
 from fl_runtime.abi import ffi, header, outofline
-from fl_sdk.build import compiler
 
 REFERENCE_LIB = ROOT / "reference_vendor" / "libfl_reference.so"
 
@@ -51,12 +50,10 @@ NEWER_FUNCTIONS = {"plugin_initialize", "plugin_teardown", "stream_create_ex", "
 
 
 @pytest.fixture(scope="module", params=FROZEN, ids=FROZEN_IDS)
-def frozen(request, tmp_path_factory):
+def frozen(request, build_plugin):
     fixture = request.param
-    lib = tmp_path_factory.mktemp(fixture.name) / f"libplugin_{fixture.name}.so"
     # Only the frozen header is on the include path: the plugin cannot see a later minor.
-    subprocess.run([compiler(), "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{fixture.folder}",
-                    str(fixture.folder / f"plugin_{fixture.name}.c"), "-o", str(lib)], check=True)
+    lib = build_plugin(fixture.folder / f"plugin_{fixture.name}.c", include_dirs=[fixture.folder])
     return fixture, lib
 
 
