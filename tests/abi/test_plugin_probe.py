@@ -5,7 +5,6 @@ The faulty plugins themselves are tests/abi/test_faulty_plugins.py's."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pytest
 from conftest import ROOT
@@ -13,8 +12,6 @@ from conftest import ROOT
 from fl_runtime.config import parse_config
 from fl_runtime.plugins import probe
 from fl_runtime.plugins.pinned import open_pinned
-from fl_sdk import INCLUDE_DIR
-from fl_sdk.build import compiler
 
 REFERENCE = ROOT / "reference_vendor" / "libfl_reference.so"
 FAULTY = ROOT / "tests" / "fixtures" / "plugin_faulty.c"
@@ -47,15 +44,14 @@ def _verdict(path) -> probe.Verdict:
         pinned.close()
 
 
-def _faulty(tmp_path, fault: str):
-    lib = tmp_path / f"lib{fault}.so"
-    subprocess.run([compiler(), "-shared", "-fPIC", f"-I{INCLUDE_DIR}", f'-DREFERENCE_PATH="{REFERENCE}"',
-                    f"-DFAULT={fault}", str(FAULTY), "-o", str(lib)], check=True)
-    return lib
-
-
-def _aborting(tmp_path):
-    return _faulty(tmp_path, "get_api_abort")
+@pytest.fixture
+def faulty(tmp_path, build_plugin):
+    """faulty(fault) -> the fixture built with -DFAULT=fault, copied to tmp_path/lib<fault>.so
+    (a copy of this test's own: one test moves it over another library)."""
+    def build(fault: str):
+        return build_plugin(FAULTY, f'-DREFERENCE_PATH="{REFERENCE}"', f"-DFAULT={fault}",
+                            output=tmp_path / f"lib{fault}.so")
+    return build
 
 
 def test_the_verdict_is_cached_and_reused_until_the_bytes_change(tmp_path, cache, spawned):
@@ -71,22 +67,22 @@ def test_the_verdict_is_cached_and_reused_until_the_bytes_change(tmp_path, cache
     assert len(spawned) == 2 and len(list(cache.glob("*.json"))) == 2
 
 
-def test_a_crash_verdict_is_cached_with_its_signal(tmp_path, cache, spawned):
-    lib = _aborting(tmp_path)
+def test_a_crash_verdict_is_cached_with_its_signal(cache, spawned, faulty):
+    lib = faulty("get_api_abort")
     first, second = _verdict(lib), _verdict(lib)
     assert first == second and first.outcome == probe.CRASHED and first.signal == "SIGABRT"
     assert "abort() in fl_plugin_get_api" in first.message
     assert len(spawned) == 1
 
 
-def test_the_bytes_probed_are_the_pinned_ones_not_the_paths(tmp_path, cache):
+def test_the_bytes_probed_are_the_pinned_ones_not_the_paths(tmp_path, cache, faulty):
     # The path is swapped for a crashing library after the loader opened it: the probe
     # (like the load) sees the opened bytes (fl_runtime.plugins.pinned).
     lib = tmp_path / "libplug.so"
     shutil.copy(REFERENCE, lib)
     pinned = open_pinned(str(lib))
     try:
-        _aborting(tmp_path).replace(lib)
+        faulty("get_api_abort").replace(lib)
         assert probe.verdict_for(pinned).outcome == probe.OK
     finally:
         pinned.close()
@@ -102,9 +98,9 @@ def test_a_damaged_cache_entry_is_probed_again(tmp_path, cache, spawned):
     assert _verdict(lib).outcome == probe.OK and len(spawned) == 2
 
 
-def test_exit_in_a_constructor_is_refused_like_a_crash(tmp_path, cache):
+def test_exit_in_a_constructor_is_refused_like_a_crash(cache, faulty):
     from fl_runtime.errors import PluginProbeError
-    lib = _faulty(tmp_path, "constructor_exit")
+    lib = faulty("constructor_exit")
     pinned = open_pinned(str(lib))
     try:
         with pytest.raises(PluginProbeError, match="ended its isolated probe's process without a verdict") as error:
@@ -114,8 +110,8 @@ def test_exit_in_a_constructor_is_refused_like_a_crash(tmp_path, cache):
     assert "exit status 3" in str(error.value) and error.value.signal == ""
 
 
-def test_a_hang_is_reported_and_not_cached(tmp_path, cache, monkeypatch):
-    lib = _faulty(tmp_path, "get_api_hang")
+def test_a_hang_is_reported_and_not_cached(cache, monkeypatch, faulty):
+    lib = faulty("get_api_hang")
     monkeypatch.setenv(probe.TIMEOUT_ENV, "1")
     assert _verdict(lib).outcome == probe.HUNG
     assert not cache.exists() or not list(cache.glob("*.json"))
