@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,6 @@ from test_conformance_reference import fl_sdk_test
 
 from fl_runtime.plugins import pinned
 from fl_runtime.plugins.loader import PluginSource, load_plugin
-from fl_sdk import INCLUDE_DIR
-from fl_sdk.build import compiler
 
 SOURCE = ROOT / "tests" / "fixtures" / "plugin_self_locating.c"
 FAULTY = ROOT / "tests" / "fixtures" / "plugin_faulty.c"
@@ -33,20 +30,17 @@ REFERENCE = ROOT / "reference_vendor" / "libfl_reference.so"
 PLUGIN, PRIVATE = "libfl_selfloc.so", "libselfloc_private.so"
 
 
-def _cc(source: Path, out: Path, *flags: str) -> Path:
-    subprocess.run([compiler(), "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{INCLUDE_DIR}",
-                    f'-DREFERENCE_PATH="{REFERENCE}"', *flags, str(source), "-o", str(out)], check=True)
-    return out
+REFERENCE_DEFINE = f'-DREFERENCE_PATH="{REFERENCE}"'
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
+def built(tmp_path_factory, build_plugin) -> Path:
     """The plugin and its private library, built once, in a directory of their own."""
     if not REFERENCE.is_file():
         pytest.fail(f"{REFERENCE} is not built: python -m fl_sdk build reference_vendor")
     out = tmp_path_factory.mktemp("selfloc-build")
-    _cc(SOURCE, out / PLUGIN)
-    _cc(SOURCE, out / PRIVATE, "-DPRIVATE_PART")
+    build_plugin(SOURCE, REFERENCE_DEFINE, output=out / PLUGIN)
+    build_plugin(SOURCE, REFERENCE_DEFINE, "-DPRIVATE_PART", output=out / PRIVATE)
     return out
 
 
@@ -137,12 +131,12 @@ def test_an_install_another_group_can_change_loads_through_the_descriptor_and_sa
     assert "docs/vendors/plugin-location.md" in message
 
 
-def test_the_conformance_check_names_why_a_plugin_is_not_under_its_real_path(tmp_path):
+def test_the_conformance_check_names_why_a_plugin_is_not_under_its_real_path(tmp_path, build_plugin):
     # A plugin that does not look for itself loads either way; the suite still tells its
     # vendor that theirs would not find its files, and why.
     where = tmp_path / "shared"
     where.mkdir()
-    _cc(FAULTY, where / "libfl_plain.so").chmod(0o755)
+    build_plugin(FAULTY, REFERENCE_DEFINE, output=where / "libfl_plain.so").chmod(0o755)
     where.chmod(0o775)
     result, report, _ = fl_sdk_test(str(where / "libfl_plain.so"), tmp_path, "-k", "loaded_under_its_real_path")
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
