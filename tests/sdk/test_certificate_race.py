@@ -71,14 +71,18 @@ print(json.dumps(outcome))
 
 
 def _cc(source: str, out: Path, *flags: str) -> Path:
+    # Plain ELF libraries for the pinned loader (no fl_abi.h, not plugins); the plugin is build_plugin's.
     src = out.with_suffix(".c")
     src.write_text(source)
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(out), str(src), *flags], check=True)
     return out
 
 
-def test_a_symlink_flipped_during_loads_never_gets_uncertified_code_run(tmp_path, library, keys):  # noqa: F811
-    evil = _cc(EVIL_C, tmp_path / "libevil.so")
+def test_a_symlink_flipped_during_loads_never_gets_uncertified_code_run(tmp_path, library, keys,  # noqa: F811
+                                                                          build_plugin):
+    source = tmp_path / "libevil.c"
+    source.write_text(EVIL_C)
+    evil = build_plugin(source, output=tmp_path / "libevil.so")
     link = tmp_path / "libplugin.so"
     link.symlink_to(library)
     issue(library, keys["private"])

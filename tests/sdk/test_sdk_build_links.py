@@ -18,6 +18,7 @@ PLUGIN = "int acme_driver_version(void);\nint answer(void) { return acme_driver_
 
 
 def make_driver(directory: Path) -> Path:
+    # The vendor's own driver library, not a plugin: built as its vendor would, without fl_sdk's flags.
     directory.mkdir(parents=True)
     (directory / "driver.c").write_text(DRIVER)
     library = directory / "libacme_driver.so"
