@@ -37,6 +37,10 @@ class Mutant:
     variant: str = ""          # every failure must be in this kernel variant
     options: tuple = ()        # more `fl-sdk test` options
     more: tuple = ()           # further (line, replacement) pairs in `file`
+    # A race the suite's probe meets by chance (stream_probes: the reference vendor once failed
+    # 452 of 3,000 tries) can slip through one run on a loaded machine: the suite gets this many
+    # runs and must catch the mutant in one of them, blaming it as below.
+    suite_runs: int = 1
 
 
 MUTANTS = [
@@ -156,7 +160,7 @@ MUTANTS = [
            "        if (t.kind == DRV_TASK_MARK) {",
            "        if (0 && t.kind == DRV_TASK_MARK) {",
            "completed_record or fifo_order", "streams",
-           {"test_a_completed_record_completes_its_stream"}, "was complete, in"),
+           {"test_a_completed_record_completes_its_stream"}, "was complete, in", suite_runs=3),
     Mutant("free-returns-a-neighbours-page-to-the-host", "src/driver/memory.c",
            "    uint64_t lo = (b->start + pg - 1) & ~(pg - 1);",
            "    uint64_t lo = b->start & ~(pg - 1);",   # rounds down into the page a live neighbour shares
@@ -321,9 +325,13 @@ def build_and_test(mutant: Mutant, directory: Path) -> tuple:
     """Build the mutant and run the suite on it: (completed process, run folder); the test
     reads and validates the reports."""
     library = build_mutant(mutant, directory / "plugin")
-    run = directory / "run"
-    run.mkdir()
-    return run_fl_sdk_test(str(library), run, "-k", mutant.keyword, *mutant.options), run
+    for attempt in range(mutant.suite_runs):
+        run = directory / f"run{attempt}"
+        run.mkdir()
+        result = run_fl_sdk_test(str(library), run, "-k", mutant.keyword, *mutant.options)
+        if result.returncode != 0:
+            break
+    return result, run
 
 
 @pytest.fixture(scope="module")
