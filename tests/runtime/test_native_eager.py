@@ -320,3 +320,21 @@ def test_factories_serve_in_cpp_as_the_python_route_would(fl):
         torch.empty(3, device=f"fl:{torch.fl.device_count()}")
     with pytest.raises(Exception, match="complex128|dtype"):
         torch.empty(3, dtype=torch.complex128, device="fl:0")
+
+
+def test_a_memory_format_handed_to_python_keeps_its_references(fl):
+    """A call the C++ kernels send to a Python kernel with a memory format (channels_last is the
+    factories' Python kernel's; _to_copy's under a profile) passes it as a new reference: a
+    borrowed one given away lost the format object a reference per call, until it was freed
+    under live tensors and the next garbage collection crashed."""
+    import sys
+
+    import torch_fl
+    x = torch.ones(2, 3, 4, 5, device="fl:0")
+    before = sys.getrefcount(torch.channels_last), sys.getrefcount(torch.contiguous_format)
+    for _ in range(20):
+        torch.empty(2, 3, 4, 5, device="fl:0", memory_format=torch.channels_last)
+    with torch_fl.profile():
+        for _ in range(20):
+            x.to(torch.float64, memory_format=torch.contiguous_format)
+    assert (sys.getrefcount(torch.channels_last), sys.getrefcount(torch.contiguous_format)) == before

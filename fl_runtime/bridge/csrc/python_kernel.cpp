@@ -4,7 +4,6 @@
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
-#include <torch/csrc/utils/tensor_memoryformats.h>
 
 #include "python_calls.h"
 
@@ -30,7 +29,10 @@ PyObject* to_python(const c10::Argument& arg, const c10::IValue& value) {
   } else if (is_kind(arg, c10::LayoutType::Kind)) {
     object = reinterpret_cast<PyObject*>(torch::getTHPLayout(static_cast<c10::Layout>(value.toInt())));
   } else if (is_kind(arg, c10::MemoryFormatType::Kind)) {
-    return torch::utils::getTHPMemoryFormat(static_cast<c10::MemoryFormat>(value.toInt()));
+    // pybind's caster, not getTHPMemoryFormat: that one gives a borrowed reference
+    // (tensor_memoryformats.h), which returned as ours cost the format object a reference
+    // per call until it was freed; the caster owns the right count in each PyTorch version.
+    return pybind11::cast(static_cast<c10::MemoryFormat>(value.toInt())).release().ptr();
   } else {
     return torch::jit::toPyObject(value).release().ptr();
   }

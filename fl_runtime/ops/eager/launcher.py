@@ -167,16 +167,19 @@ class Launcher:
         self.native.register_view(name)
         return True
 
-    def register_owned(self, library, name: str, kernel) -> None:
+    def register_owned(self, library, name: str, kernel, program_of=None) -> None:
         """The PrivateUse1 kernel of an op the runtime owns whose device part is this launcher's
-        launch() (the in-place foreach ops).  With the bridge, a C++ kernel serves each call
+        launch() (the in-place foreach ops, copy_).  With the bridge, a C++ kernel serves each call
         signature whose launch recorded a program (so the owner's checks passed for it: they
-        read only what the call key holds) and sends the rest to `kernel`."""
+        read only what the call key holds) and sends the rest to `kernel`.  `program_of(args,
+        kwargs)`, for an owner whose launch() takes other arguments than it was called with,
+        names the program `kernel` launched for such a call, or None (the default: the program
+        of launch(name, args, kwargs))."""
         if self.native is None:
             library.impl(name, kernel, "PrivateUse1")
         else:
             self.native.register_eager_op(name, boundary.leaves_runtime(kernel),
-                                          functools.partial(self.native_program, name))
+                                          program_of or functools.partial(self.native_program, name))
 
     def native_program(self, name: str, args: tuple, kwargs: dict) -> tuple | None:
         """The program this call's signature recorded, as the C++ kernel replays it

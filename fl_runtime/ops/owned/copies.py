@@ -9,6 +9,10 @@ it (devices/uploads.py), as are the runtime's own temporaries; a large one from 
 caller's memory waits for its stream.  Copies to the host wait for the data by definition.
 Converting or strided copies on a device use the vendor's `copy_` kernel; a
 vendor without one gets them through the host (a CPU fallback, counted).
+With the native bridge, a copy on one device that the vendor's copy_ kernel took is served
+in C++ from its call signature's second call on (_launched_program; docs/users/native-bridge.md
+"Eager ops"), and _to_copy is C++ making the same empty_like + copy_ (bridge/csrc/to_copy_kernel.h);
+every copy that stages, waits or goes through the host stays here.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import torch
 from fl_runtime.abi import ffi
 from fl_runtime.devices.storage import storage_base
 from fl_runtime.ops import accounting
+from fl_runtime.ops.boundary import leaves_runtime
 
 # Host-to-device copies up to this size are staged (one host memcpy) instead of waiting for the
 # stream, which would also wait for every kernel queued before the copy (module docstring).
@@ -47,10 +52,30 @@ def register(library: torch.library.Library, rt, pinned_memory: bool = False,
             _across_devices(rt, self, src)
         return self
 
-    library.impl("copy_", copy_, "PrivateUse1")
-    library.impl("_to_copy", _to_copy, "PrivateUse1")
+    rt.launcher.register_owned(library, "copy_", copy_,
+                               lambda args, kwargs: _launched_program(rt, *args, **kwargs))
+    native = rt.launcher.native
+    if native is not None:      # C++ runs the same empty_like + copy_ (bridge/csrc/to_copy_kernel.h)
+        native.register_to_copy(leaves_runtime(_to_copy))
+    else:
+        library.impl("_to_copy", _to_copy, "PrivateUse1")
     if not pinned_memory:
         library.impl("_pin_memory", _pin_memory, "CPU")
+
+
+def _launched_program(rt, self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
+    """The launch program copy_ above made for this call, as the bridge's C++ kernel replays it
+    (Launcher.register_owned), or None.  Only a copy _on_device hands to the vendor's copy_
+    kernel: two fl tensors on one device, elements, no lazy view bits.  Its launch is
+    launch("copy_", (self, src)) whatever `non_blocking`, so its program is that call's
+    (recorded under the same layouts by any caller of that launch: a program depends on the
+    call key alone, fast_path.py)."""
+    if self.numel() == 0 or self.is_cpu or src.is_cpu or _has_view_bits(src) or _has_view_bits(self):
+        return None
+    index = self.get_device()
+    if index < 0 or src.get_device() != index or not rt.launcher.has_kernel(index, "copy_", self.dtype):
+        return None
+    return rt.launcher.native_program("copy_", (self, src), {})
 
 
 def _to_copy(self: torch.Tensor, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,

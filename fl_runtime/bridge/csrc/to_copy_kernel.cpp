@@ -1,0 +1,105 @@
+#include "to_copy_kernel.h"
+
+#include <atomic>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/library.h>
+
+#include "eager_kernel.h"
+#include "fast_path_switches.h"
+#include "python_kernel.h"
+
+namespace fl_bridge {
+namespace {
+
+std::atomic<uint64_t> g_python_calls{0};
+
+// aten::_to_copy(Tensor self, *, ScalarType? dtype, Layout? layout, Device? device, bool? pin_memory,
+//                bool non_blocking=False, MemoryFormat? memory_format) -> Tensor
+enum Arg : size_t { kSelf, kDtype, kLayout, kDevice, kPinMemory, kNonBlocking, kMemoryFormat, kArgs };
+
+class ToCopyKernel final : public c10::OperatorKernel {
+ public:
+  explicit ToCopyKernel(PyObject* kernel) : kernel_(kernel) { Py_INCREF(kernel_); }
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const auto arguments = torch::jit::last(*stack, kArgs);
+    if (switches() != 0 || !served(arguments)) {
+      g_python_calls.fetch_add(1, std::memory_order_relaxed);
+      return call_python_kernel(kernel_, op, stack);
+    }
+    at::Tensor out = convert(arguments);
+    torch::jit::drop(*stack, kArgs);
+    stack->emplace_back(std::move(out));
+  }
+
+ private:
+  // The calls whose Python kernel is exactly empty_like + copy_ (copies.py _to_copy).
+  static bool served(c10::ArrayRef<c10::IValue> arguments) {
+    const c10::IValue& layout = arguments[kLayout];
+    const c10::IValue& pin_memory = arguments[kPinMemory];
+    if ((!layout.isNone() && layout.toLayout() != c10::kStrided) || (!pin_memory.isNone() && pin_memory.toBool())) {
+      return false;
+    }
+    if (!arguments[kDevice].isNone()) {
+      const c10::DeviceType type = arguments[kDevice].toDevice().type();
+      return type == c10::DeviceType::PrivateUse1 || type == c10::DeviceType::CPU;
+    }
+    return true;
+  }
+
+  // copies.py _to_copy: torch.empty_like(self, dtype=dtype, device=device, pin_memory=False,
+  // memory_format=memory_format or preserve_format), then out.copy_(self, non_blocking=...).
+  static at::Tensor convert(c10::ArrayRef<c10::IValue> arguments) {
+    const at::Tensor& self = arguments[kSelf].toTensor();
+    const auto format = arguments[kMemoryFormat].toOptional<c10::MemoryFormat>();
+    at::Tensor out = at::empty_like(self, arguments[kDtype].toOptional<c10::ScalarType>(), std::nullopt,
+                                    arguments[kDevice].toOptional<c10::Device>(), false,
+                                    format.value_or(c10::MemoryFormat::Preserve));
+    // A copy to the host is synchronous anyway (copies.py): non_blocking only for an fl target.
+    const bool non_blocking = arguments[kNonBlocking].toBool() && out.device().type() != c10::DeviceType::CPU;
+    out.copy_(self, non_blocking);
+    return out;
+  }
+
+  PyObject* kernel_;
+};
+
+PyObject* register_to_copy_py(PyObject*, PyObject* kernel) {
+  HANDLE_TH_ERRORS
+  register_to_copy(kernel);
+  Py_RETURN_NONE;
+  END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef g_methods[] = {
+    {"register_to_copy", register_to_copy_py, METH_O,
+     "register_to_copy(kernel): the C++ PrivateUse1 kernel of _to_copy, `kernel` its Python half"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+} // namespace
+
+void register_to_copy(PyObject* kernel) {
+  const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_to_copy", "");
+  const auto& args = op.schema().arguments();
+  const char* names[kArgs] = {"self", "dtype", "layout", "device", "pin_memory", "non_blocking", "memory_format"};
+  TORCH_CHECK(args.size() == kArgs, "register_to_copy: aten::_to_copy has ", args.size(), " arguments, not ", kArgs);
+  for (size_t i = 0; i < kArgs; i++) {
+    TORCH_CHECK(args[i].name() == names[i], "register_to_copy: aten::_to_copy's argument ", i, " is ",
+                args[i].name(), ", not ", names[i]);
+  }
+  private_use1_library().impl("_to_copy", torch::CppFunction::makeFromBoxedFunctor(
+                                              std::make_unique<ToCopyKernel>(kernel)));
+}
+
+uint64_t to_copy_python_calls() noexcept {
+  return g_python_calls.load(std::memory_order_relaxed);
+}
+
+PyMethodDef* to_copy_methods() {
+  return g_methods;
+}
+
+} // namespace fl_bridge
