@@ -38,18 +38,9 @@ def register(library: torch.library.Library, rt, pinned_memory: bool = False,
     global _bridge_off
     _bridge_off = bridge_off
     def copy_(self, src, non_blocking=False):
-        if self.numel() == 0:
-            return self
-        if _has_view_bits(src) or _has_view_bits(self):
-            _copy_lazy_views(rt, self, src)
-        elif src.device.type == "cpu":
-            _host_to_device(rt, self, src)
-        elif self.device.type == "cpu":
-            rt.copy_to_host(src, self)
-        elif src.device.index == self.device.index:
-            _on_device(rt, self, src)
-        else:
-            _across_devices(rt, self, src)
+        route = _route(self, src)
+        if route is not None:
+            route(rt, self, src)
         return self
 
     rt.launcher.register_owned(library, "copy_", copy_,
@@ -63,17 +54,30 @@ def register(library: torch.library.Library, rt, pinned_memory: bool = False,
         library.impl("_pin_memory", _pin_memory, "CPU")
 
 
+def _route(dst: torch.Tensor, src: torch.Tensor):
+    """The way copy_ takes dst.copy_(src): one of the functions below, called (rt, dst, src);
+    None without elements.  copy_ and _launched_program both ask here, so the copies the
+    bridge replays in C++ are exactly those this routing gives _on_device."""
+    if dst.numel() == 0:
+        return None
+    if _has_view_bits(src) or _has_view_bits(dst):
+        return _copy_lazy_views
+    if src.device.type == "cpu":
+        return _host_to_device
+    if dst.device.type == "cpu":
+        return _to_host
+    if src.device.index == dst.device.index:
+        return _on_device
+    return _across_devices
+
+
 def _launched_program(rt, self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False):
     """The launch program copy_ above made for this call, as the bridge's C++ kernel replays it
-    (Launcher.register_owned), or None.  Only a copy _on_device hands to the vendor's copy_
-    kernel: two fl tensors on one device, elements, no lazy view bits.  Its launch is
-    launch("copy_", (self, src)) whatever `non_blocking`, so its program is that call's
-    (recorded under the same layouts by any caller of that launch: a program depends on the
-    call key alone, fast_path.py)."""
-    if self.numel() == 0 or self.is_cpu or src.is_cpu or _has_view_bits(src) or _has_view_bits(self):
-        return None
-    index = self.get_device()
-    if index < 0 or src.get_device() != index or not rt.launcher.has_kernel(index, "copy_", self.dtype):
+    (Launcher.register_owned), or None.  Only a copy routed _on_device whose vendor has a copy_
+    kernel launches one.  Its launch is launch("copy_", (self, src)) whatever `non_blocking`,
+    so its program is that call's (recorded under the same layouts by any caller of that
+    launch: a program depends on the call key alone, fast_path.py)."""
+    if _route(self, src) is not _on_device or not _device_kernel_copies(rt, self):
         return None
     return rt.launcher.native_program("copy_", (self, src), {})
 
@@ -265,8 +269,17 @@ def _write_via_host(rt, dst: torch.Tensor, host: torch.Tensor) -> None:
     _raw_h2d(rt, dst, raw, whole_storage=True, owned=True)
 
 
+def _to_host(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
+    rt.copy_to_host(src, dst)
+
+
+def _device_kernel_copies(rt, dst: torch.Tensor) -> bool:
+    """The vendor's copy_ kernel takes a copy on dst's device (else _on_device goes around it)."""
+    return rt.launcher.has_kernel(dst.device.index, "copy_", dst.dtype)
+
+
 def _on_device(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
-    if rt.launcher.has_kernel(dst.device.index, "copy_", dst.dtype):
+    if _device_kernel_copies(rt, dst):
         rt.launcher.launch("copy_", (dst, src), {})
     elif dst.dtype == src.dtype and dst.shape == src.shape and dst.is_contiguous() and src.is_contiguous():
         _raw_device_copy(rt, dst, src)
