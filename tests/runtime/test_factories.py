@@ -80,3 +80,25 @@ def test_names_argument_behaves_as_on_the_cpu(fl):
     with pytest.raises(TypeError) as on_fl:
         torch.empty([2, 3], device="fl", names=["N", "C"])
     assert str(on_fl.value) == str(on_cpu.value)
+
+
+@pytest.mark.skipif("not __import__('fl_runtime.bridge', fromlist=['x']).status().active",
+                    reason="the Python route: no C++ factory kernel")
+def test_the_cpp_factories_serve_exactly_the_stored_dtypes(fl):
+    """The C++ empty_strided / empty kernels (bridge/csrc/factory_kernels.h) serve the dtypes of
+    storage.py's DL_DTYPES, the list Python hands them, and send any other to the Python kernel,
+    whose UnsupportedDtypeError names it."""
+    from fl_runtime.devices.storage import DL_DTYPES
+    native = fl.runtime().launcher.native
+    torch.ones(1, device="fl:0").add_(1)       # releases what an earlier test's failed call held
+    for dtype in DL_DTYPES:
+        before = native.eager_stats()["python_calls"]
+        made = (torch.empty_strided((2, 3), (3, 1), dtype=dtype, device="fl:0"), torch.empty(4, dtype=dtype, device="fl:0"))
+        assert native.eager_stats()["python_calls"] == before, dtype
+        assert [(t.dtype, t.device, t.stride()) for t in made] == [(dtype, torch.device("fl:0"), (3, 1)),
+                                                                   (dtype, torch.device("fl:0"), (1,))]
+    for dtype in (torch.uint16, torch.complex128):
+        before = native.eager_stats()["python_calls"]
+        with pytest.raises(UnsupportedDtypeError):
+            torch.empty(4, dtype=dtype, device="fl:0")
+        assert native.eager_stats()["python_calls"] == before + 1, dtype

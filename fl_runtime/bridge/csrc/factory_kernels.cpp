@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bitset>
 
 #include <c10/core/TensorImpl.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/library.h>
 
@@ -19,18 +21,29 @@ namespace {
 
 std::atomic<uint64_t> g_python_calls{0};
 
-// The dtypes an fl storage holds (fl_runtime/devices/storage.py DL_DTYPES): another one gets
-// the Python kernel's UnsupportedDtypeError.
-bool stored(c10::ScalarType dtype) {
-  switch (dtype) {
-    case c10::kFloat: case c10::kDouble: case c10::kHalf: case c10::kBFloat16: case c10::kChar:
-    case c10::kShort: case c10::kInt: case c10::kLong: case c10::kByte: case c10::kBool:
-    case c10::kComplexFloat: case c10::ScalarType::Float8_e4m3fn: case c10::ScalarType::Float8_e4m3fnuz:
-    case c10::ScalarType::Float8_e5m2: case c10::ScalarType::Float8_e5m2fnuz:
-      return true;
-    default:
-      return false;
+// The dtypes an fl storage holds, as Python hands them to register_factory: one bit per
+// c10::ScalarType (ScalarType.h: fewer than 64 of them).
+using DtypeSet = std::bitset<64>;
+static_assert(static_cast<size_t>(c10::ScalarType::NumOptions) <= 64, "a ScalarType past DtypeSet's bits");
+
+// `dtypes` (a sequence of torch.dtype) as a DtypeSet; a TypeError for anything else.
+DtypeSet dtype_set(PyObject* dtypes) {
+  PyObject* items = PySequence_Fast(dtypes, "register_factory: dtypes must be a sequence of torch.dtype");
+  if (items == nullptr) {
+    throw python_error();
   }
+  DtypeSet set;
+  const Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+  for (Py_ssize_t i = 0; i < count; i++) {
+    PyObject* item = PySequence_Fast_GET_ITEM(items, i);
+    if (!THPDtype_Check(item)) {
+      Py_DECREF(items);
+      TORCH_CHECK_TYPE(false, "register_factory: dtypes must be a sequence of torch.dtype");
+    }
+    set.set(static_cast<size_t>(reinterpret_cast<THPDtype*>(item)->scalar_type));
+  }
+  Py_DECREF(items);
+  return set;
 }
 
 // Bytes a strided layout spans, 0 without elements (storage.py storage_nbytes).
@@ -67,7 +80,8 @@ bool non_negative(c10::IntArrayRef values) {
 
 class FactoryKernel final : public c10::OperatorKernel {
  public:
-  FactoryKernel(PyObject* kernel, bool has_memory_format) : kernel_(kernel), has_memory_format_(has_memory_format) {
+  FactoryKernel(PyObject* kernel, bool has_memory_format, DtypeSet stored)
+      : kernel_(kernel), has_memory_format_(has_memory_format), stored_(stored) {
     Py_INCREF(kernel_);
   }
 
@@ -113,7 +127,7 @@ class FactoryKernel final : public c10::OperatorKernel {
       }
       index = where.has_index() ? where.index() : index;
     }
-    if (!stored(type) || index < 0 || index >= device_count()) {
+    if (!stored_.test(static_cast<size_t>(type)) || index < 0 || index >= device_count()) {
       return false;
     }
     const std::vector<int64_t> sizes = arguments[0].toIntVector();
@@ -137,29 +151,31 @@ class FactoryKernel final : public c10::OperatorKernel {
 
   PyObject* kernel_;
   bool has_memory_format_;
+  DtypeSet stored_;      // another dtype gets the Python kernel's UnsupportedDtypeError
 };
 
 PyObject* register_factory_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  TORCH_CHECK_TYPE(nargs == 2 && PyUnicode_Check(args[0]), "register_factory(name, kernel)");
-  register_factory(PyUnicode_AsUTF8(args[0]), args[1]);
+  TORCH_CHECK_TYPE(nargs == 3 && PyUnicode_Check(args[0]), "register_factory(name, kernel, dtypes)");
+  register_factory(PyUnicode_AsUTF8(args[0]), args[1], args[2]);
   Py_RETURN_NONE;
   END_HANDLE_TH_ERRORS
 }
 
 PyMethodDef g_methods[] = {
     {"register_factory", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(register_factory_py)),
-     METH_FASTCALL, "register_factory(name, kernel): the C++ PrivateUse1 kernel of empty_strided / empty"},
+     METH_FASTCALL, "register_factory(name, kernel, dtypes): the C++ PrivateUse1 kernel of empty_strided / empty, "
+     "for the dtypes an fl storage holds"},
     {nullptr, nullptr, 0, nullptr},
 };
 
 } // namespace
 
-void register_factory(const std::string& name, PyObject* kernel) {
+void register_factory(const std::string& name, PyObject* kernel, PyObject* dtypes) {
   TORCH_CHECK_VALUE(name == "empty_strided" || name == "empty.memory_format", "register_factory: no C++ kernel for ",
                     name);
   private_use1_library().impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(
-                                                std::make_unique<FactoryKernel>(kernel, name != "empty_strided")));
+                                                std::make_unique<FactoryKernel>(kernel, name != "empty_strided", dtype_set(dtypes))));
 }
 
 uint64_t factory_python_calls() noexcept {

@@ -16,13 +16,15 @@
 namespace fl_bridge {
 
 // Registers aten op `name`'s kernel ("empty_strided" or "empty.memory_format"), with
-// `kernel(*args, **kwargs)` its Python kernel.
-void register_factory(const std::string& name, PyObject* kernel);
+// `kernel(*args, **kwargs)` its Python kernel and `dtypes` (a sequence of torch.dtype) the dtypes
+// an fl storage holds: Python hands over devices/storage.py's DL_DTYPES, the one list of them,
+// and C++ serves only those (another one gets the Python kernel's UnsupportedDtypeError).
+void register_factory(const std::string& name, PyObject* kernel, PyObject* dtypes);
 
 // Calls these kernels handed to Python (part of eager_stats()'s python_calls).
 uint64_t factory_python_calls() noexcept;
 
-// Python method: register_factory(name, kernel) (module.cpp adds it to the module).
+// Python method: register_factory(name, kernel, dtypes) (module.cpp adds it to the module).
 PyMethodDef* factory_methods();
 
 } // namespace fl_bridge

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from fl_runtime.devices.storage import contiguous_strides, storage_nbytes
+from fl_runtime.devices.storage import DL_DTYPES, contiguous_strides, storage_nbytes
 from fl_runtime.ops.boundary import leaves_runtime
 
 _CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -59,7 +59,7 @@ def register(library: torch.library.Library, rt, resizable_storage: bool = False
     native = rt.launcher.native
     for name, kernel in (("empty_strided", empty_strided), ("empty.memory_format", empty)):
         if native is not None:     # C++ serves the common call, these the rest (bridge/csrc/factory_kernels.h)
-            native.register_factory(name, leaves_runtime(kernel))
+            native.register_factory(name, leaves_runtime(kernel), tuple(DL_DTYPES))
         else:
             library.impl(name, kernel, "PrivateUse1")
     library.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
