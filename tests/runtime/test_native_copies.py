@@ -6,12 +6,14 @@ profile and a second stream still take the Python kernel.  The value tests also 
 Python route (TORCH_FL_BRIDGE=0)."""
 from __future__ import annotations
 
+import logging
 import sys
 
 import pytest
 import torch
 
 from fl_runtime import bridge
+from fl_runtime.logs import logger
 from fl_runtime.ops import accounting
 from fl_runtime.ops.eager.launcher import NATIVE_CROSS_STREAM
 
@@ -183,6 +185,42 @@ def test_to_copy_errors_and_pinned_requests_are_the_python_kernels(fl):
         pinned = torch.ops.aten._to_copy(x, dtype=torch.float64, pin_memory=True)
         assert pinned.device == x.device and pinned.dtype == torch.float64
         assert torch.equal(pinned.cpu(), torch.ones(4, dtype=torch.float64))
+
+
+@_needs_bridge
+def test_a_changed_to_copy_schema_keeps_the_python_kernel(fl):
+    """A torch whose _to_copy schema is not the one the C++ kernel reads by position (here a
+    stand-in schema string) registers no C++ kernel: copies.register_to_copy keeps the Python
+    _to_copy, says why in a debug log, and the runtime's start does not fail."""
+    from fl_runtime.ops.owned import copies
+
+    class Library:
+        impls: list = []
+
+        def impl(self, name, kernel, key):
+            self.impls.append((name, kernel, key))
+
+    native = fl.runtime().launcher.native
+    installed = str(torch.ops.aten._to_copy.default._schema)
+    changed = installed.replace("Layout? layout=None, ", "")
+    library = Library()
+    records = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        why = copies.register_to_copy(library, native, changed)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert why == "aten::_to_copy has 6 arguments, not 7"
+    assert library.impls == [("_to_copy", copies._to_copy, "PrivateUse1")]
+    assert [r.getMessage() for r in records] == ["_to_copy stays in Python: aten::_to_copy has 6 arguments, not 7"]
+    renamed = installed.replace("dtype=None", "scalar_type=None")
+    assert copies.register_to_copy(Library(), native, renamed) == "aten::_to_copy's argument 1 is scalar_type, not dtype"
+    assert torch.equal(torch.ones(3, device="fl:0").to(torch.float64).cpu(), torch.ones(3, dtype=torch.float64))
 
 
 def test_a_hidden_copy_kernel_takes_the_host_route_with_the_same_values(fl):

@@ -1,9 +1,12 @@
 #include "to_copy_kernel.h"
 
 #include <atomic>
+#include <optional>
+#include <string>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/jit/frontend/function_schema_parser.h>
 #include <torch/library.h>
 
 #include "eager_kernel.h"
@@ -66,32 +69,56 @@ class ToCopyKernel final : public c10::OperatorKernel {
   PyObject* kernel_;
 };
 
-PyObject* register_to_copy_py(PyObject*, PyObject* kernel) {
+// Why `schema` is not the _to_copy this kernel reads (its arguments by position, enum Arg), or
+// "" when it is.
+std::string schema_mismatch(const c10::FunctionSchema& schema) {
+  const auto& args = schema.arguments();
+  const char* names[kArgs] = {"self", "dtype", "layout", "device", "pin_memory", "non_blocking", "memory_format"};
+  if (args.size() != kArgs) {
+    return c10::str("aten::_to_copy has ", args.size(), " arguments, not ", static_cast<size_t>(kArgs));
+  }
+  for (size_t i = 0; i < kArgs; i++) {
+    if (args[i].name() != names[i]) {
+      return c10::str("aten::_to_copy's argument ", i, " is ", args[i].name(), ", not ", names[i]);
+    }
+  }
+  return "";
+}
+
+// register_to_copy(kernel, schema=None): `schema` (a schema string) stands for the installed
+// torch's _to_copy, which lets a test hand the check the schema a future torch might have.
+PyObject* register_to_copy_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  register_to_copy(kernel);
-  Py_RETURN_NONE;
+  TORCH_CHECK_TYPE(nargs == 1 || (nargs == 2 && (args[1] == Py_None || PyUnicode_Check(args[1]))),
+                   "register_to_copy(kernel, schema=None)");
+  std::optional<std::string> schema;
+  if (nargs == 2 && args[1] != Py_None) {
+    schema = PyUnicode_AsUTF8(args[1]);
+  }
+  const std::string why = register_to_copy(args[0], schema);
+  return PyUnicode_FromStringAndSize(why.data(), static_cast<Py_ssize_t>(why.size()));
   END_HANDLE_TH_ERRORS
 }
 
 PyMethodDef g_methods[] = {
-    {"register_to_copy", register_to_copy_py, METH_O,
-     "register_to_copy(kernel): the C++ PrivateUse1 kernel of _to_copy, `kernel` its Python half"},
+    {"register_to_copy", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(register_to_copy_py)),
+     METH_FASTCALL,
+     "register_to_copy(kernel, schema=None) -> str: the C++ PrivateUse1 kernel of _to_copy, `kernel` its Python "
+     "half; '' once registered, else why not (nothing registered)"},
     {nullptr, nullptr, 0, nullptr},
 };
 
 } // namespace
 
-void register_to_copy(PyObject* kernel) {
-  const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_to_copy", "");
-  const auto& args = op.schema().arguments();
-  const char* names[kArgs] = {"self", "dtype", "layout", "device", "pin_memory", "non_blocking", "memory_format"};
-  TORCH_CHECK(args.size() == kArgs, "register_to_copy: aten::_to_copy has ", args.size(), " arguments, not ", kArgs);
-  for (size_t i = 0; i < kArgs; i++) {
-    TORCH_CHECK(args[i].name() == names[i], "register_to_copy: aten::_to_copy's argument ", i, " is ",
-                args[i].name(), ", not ", names[i]);
+std::string register_to_copy(PyObject* kernel, const std::optional<std::string>& schema) {
+  const std::string why = schema.has_value()
+      ? schema_mismatch(torch::jit::parseSchema(*schema))
+      : schema_mismatch(c10::Dispatcher::singleton().findSchemaOrThrow("aten::_to_copy", "").schema());
+  if (why.empty()) {
+    private_use1_library().impl("_to_copy", torch::CppFunction::makeFromBoxedFunctor(
+                                                std::make_unique<ToCopyKernel>(kernel)));
   }
-  private_use1_library().impl("_to_copy", torch::CppFunction::makeFromBoxedFunctor(
-                                              std::make_unique<ToCopyKernel>(kernel)));
+  return why;
 }
 
 uint64_t to_copy_python_calls() noexcept {

@@ -22,6 +22,7 @@ import torch
 
 from fl_runtime.abi import ffi
 from fl_runtime.devices.storage import storage_base
+from fl_runtime.logs import logger
 from fl_runtime.ops import accounting
 from fl_runtime.ops.boundary import leaves_runtime
 
@@ -45,13 +46,22 @@ def register(library: torch.library.Library, rt, pinned_memory: bool = False,
 
     rt.launcher.register_owned(library, "copy_", copy_,
                                lambda args, kwargs: _launched_program(rt, *args, **kwargs))
-    native = rt.launcher.native
-    if native is not None:      # C++ runs the same empty_like + copy_ (bridge/csrc/to_copy_kernel.h)
-        native.register_to_copy(leaves_runtime(_to_copy))
-    else:
-        library.impl("_to_copy", _to_copy, "PrivateUse1")
+    register_to_copy(library, rt.launcher.native)
     if not pinned_memory:
         library.impl("_pin_memory", _pin_memory, "CPU")
+
+
+def register_to_copy(library: torch.library.Library, native, schema: str | None = None) -> str:
+    """_to_copy's PrivateUse1 kernel: the bridge's C++ one (the same empty_like + copy_,
+    bridge/csrc/to_copy_kernel.h) where there is a bridge and it reads this torch's _to_copy
+    schema (`schema`: a stand-in for it, for tests), else _to_copy below.  Returns why C++ does
+    not serve it ("" when it does)."""
+    why = "the native bridge is off" if native is None else native.register_to_copy(leaves_runtime(_to_copy), schema)
+    if why:
+        if native is not None:
+            logger.debug("_to_copy stays in Python: %s", why)
+        library.impl("_to_copy", _to_copy, "PrivateUse1")
+    return why
 
 
 def _route(dst: torch.Tensor, src: torch.Tensor):
