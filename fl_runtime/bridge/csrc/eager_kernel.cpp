@@ -17,6 +17,7 @@
 #include "factory_kernels.h"
 #include "fast_path_switches.h"
 #include "program_table.h"
+#include "sdpa_kernel.h"
 #include "python_calls.h"
 #include "python_kernel.h"
 #include "thread_state.h"
@@ -68,8 +69,8 @@ std::vector<EagerKernel*> g_kernels;       // for counts and statistics; never f
 
 class EagerKernel final : public c10::OperatorKernel {
  public:
-  EagerKernel(std::string name, PyObject* kernel, PyObject* program_of)
-      : name_(std::move(name)), kernel_(kernel), program_of_(program_of) {
+  EagerKernel(std::string name, PyObject* kernel, PyObject* program_of, std::vector<SizeReturn> sizes)
+      : name_(std::move(name)), kernel_(kernel), program_of_(program_of), sizes_(std::move(sizes)) {
     Py_INCREF(kernel_);
     Py_INCREF(program_of_);
   }
@@ -188,9 +189,17 @@ class EagerKernel final : public c10::OperatorKernel {
       }
       raise_launch_failure(name_, device, status);
     }
+    std::vector<int64_t> sizes;
+    for (const SizeReturn& size : sizes_) {
+      sizes.push_back(arguments[size.argument].toTensor().size(size.dim));
+    }
     torch::jit::drop(*stack, nargs);
-    for (auto& out : outs) {
-      stack->emplace_back(std::move(out));
+    for (size_t i = 0, next_size = 0; i < outs.size(); i++) {
+      if (next_size < sizes_.size() && sizes_[next_size].output == i) {
+        stack->emplace_back(sizes[next_size++]);
+      } else {
+        stack->emplace_back(std::move(outs[i]));
+      }
     }
     return true;
   }
@@ -198,6 +207,7 @@ class EagerKernel final : public c10::OperatorKernel {
   std::string name_;
   PyObject* kernel_;
   PyObject* program_of_;
+  std::vector<SizeReturn> sizes_;      // by output index
   ProgramTable table_;
   std::atomic<uint64_t> python_calls_{0};
 };
@@ -216,10 +226,26 @@ std::string text_of(PyObject* value) {
   return text;
 }
 
+// ((output, argument, dim), ...) in output order, as register_owned hands them.
+std::vector<SizeReturn> size_returns(PyObject* triples) {
+  std::vector<SizeReturn> sizes;
+  TORCH_CHECK_TYPE(PyTuple_Check(triples), "register_eager_op: sizes is a tuple of (output, argument, dim)");
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(triples); i++) {
+    long long output = 0, argument = 0, dim = 0;
+    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(triples, i), "LLL", &output, &argument, &dim)) {
+      throw_python_error();
+    }
+    TORCH_CHECK_VALUE(output >= 0 && argument >= 0 && (sizes.empty() || static_cast<size_t>(output) > sizes.back().output),
+                      "register_eager_op: sizes must name increasing outputs and arguments >= 0");
+    sizes.push_back({static_cast<size_t>(output), static_cast<size_t>(argument), static_cast<int64_t>(dim)});
+  }
+  return sizes;
+}
+
 PyObject* register_eager_op_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  TORCH_CHECK_TYPE(nargs == 3, "register_eager_op(name, kernel, program_of)");
-  register_eager_op(text_of(args[0]), args[1], args[2]);
+  TORCH_CHECK_TYPE(nargs == 3 || nargs == 4, "register_eager_op(name, kernel, program_of, sizes=())");
+  register_eager_op(text_of(args[0]), args[1], args[2], nargs == 4 ? size_returns(args[3]) : std::vector<SizeReturn>{});
   Py_RETURN_NONE;
   END_HANDLE_TH_ERRORS
 }
@@ -289,7 +315,7 @@ PyObject* take_counts_py(PyObject*, PyObject*) {
 
 PyObject* eager_stats_py(PyObject*, PyObject*) {
   HANDLE_TH_ERRORS
-  uint64_t python_calls = factory_python_calls() + to_copy_python_calls();
+  uint64_t python_calls = factory_python_calls() + to_copy_python_calls() + sdpa_python_calls();
   {
     std::lock_guard<std::mutex> lock(g_kernels_lock);
     for (const EagerKernel* kernel : g_kernels) {
@@ -302,7 +328,7 @@ PyObject* eager_stats_py(PyObject*, PyObject*) {
 
 PyMethodDef g_methods[] = {
     {"register_eager_op", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(register_eager_op_py)),
-     METH_FASTCALL, "register_eager_op(name, kernel, program_of): the C++ PrivateUse1 kernel of an aten op"},
+     METH_FASTCALL, "register_eager_op(name, kernel, program_of, sizes=()): the C++ PrivateUse1 kernel of an aten op"},
     {"register_view", register_view_py, METH_O, "register_view(name): a view's PrivateUse1 kernel (CPU's)"},
     {"configure_eager", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(configure_eager_py)),
      METH_FASTCALL, "configure_eager(launch_failure, default_streams)"},
@@ -310,7 +336,7 @@ PyMethodDef g_methods[] = {
      "set_switch(bit, on): send every eager call to Python while a bit is set (fast_path_switches.h)"},
     {"set_kernel_epoch", set_kernel_epoch_py, METH_O, "set_kernel_epoch(n): the kernel tables changed"},
     {"take_counts", take_counts_py, METH_NOARGS, "take_counts() -> {op: calls served in C++ since the last take}"},
-    {"eager_stats", eager_stats_py, METH_NOARGS, "eager_stats() -> {'python_calls': calls the C++ kernels (eager, factories, _to_copy) handed to Python}"},
+    {"eager_stats", eager_stats_py, METH_NOARGS, "eager_stats() -> {'python_calls': calls the C++ kernels (eager, factories, _to_copy, sdpa) handed to Python}"},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -337,8 +363,8 @@ void configure_eager(PyObject* launch_failure, PyObject* default_streams) {
   g_default_streams = std::move(streams);
 }
 
-void register_eager_op(const std::string& name, PyObject* kernel, PyObject* program_of) {
-  auto functor = std::make_unique<EagerKernel>(name, kernel, program_of);
+void register_eager_op(const std::string& name, PyObject* kernel, PyObject* program_of, std::vector<SizeReturn> sizes) {
+  auto functor = std::make_unique<EagerKernel>(name, kernel, program_of, std::move(sizes));
   {
     std::lock_guard<std::mutex> lock(g_kernels_lock);
     g_kernels.push_back(functor.get());    // owned by the dispatcher from here, which keeps it

@@ -9,7 +9,9 @@
 
 #include <Python.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include <torch/library.h>
 
@@ -19,10 +21,20 @@ namespace fl_bridge {
 // for a failed launch; `default_streams` holds each device's default fl_stream (as an int).
 void configure_eager(PyObject* launch_failure, PyObject* default_streams);
 
+// An int return that is an argument's size (the overrideable attention forward's max_q and
+// max_k, which no kernel argument can carry): return `output` is argument `argument`'s size at
+// `dim` (negative from the end).
+struct SizeReturn {
+  size_t output;
+  size_t argument;
+  int64_t dim;
+};
+
 // Registers the kernel of aten op `name` ("add.Tensor"): `kernel(*args, **kwargs)` is its
 // Python kernel, `program_of(args, kwargs)` the launch program spec the last call recorded
-// for that signature, or None.
-void register_eager_op(const std::string& name, PyObject* kernel, PyObject* program_of);
+// for that signature, or None; `sizes` its int returns, which a program leaves empty.
+void register_eager_op(const std::string& name, PyObject* kernel, PyObject* program_of,
+                       std::vector<SizeReturn> sizes = {});
 
 // The process's `aten` IMPL library for PrivateUse1, which every C++ kernel registers in.
 torch::Library& private_use1_library();

@@ -167,19 +167,22 @@ class Launcher:
         self.native.register_view(name)
         return True
 
-    def register_owned(self, library, name: str, kernel, program_of=None) -> None:
+    def register_owned(self, library, name: str, kernel, program_of=None,
+                       sizes: tuple[tuple[int, int, int], ...] = ()) -> None:
         """The PrivateUse1 kernel of an op the runtime owns whose device part is this launcher's
         launch() (the in-place foreach ops, copy_).  With the bridge, a C++ kernel serves each call
         signature whose launch recorded a program (so the owner's checks passed for it: they
         read only what the call key holds) and sends the rest to `kernel`.  `program_of(args,
         kwargs)`, for an owner whose launch() takes other arguments than it was called with,
         names the program `kernel` launched for such a call, or None (the default: the program
-        of launch(name, args, kwargs))."""
+        of launch(name, args, kwargs)).  `sizes`: the op's int returns, which a launch leaves
+        empty and `kernel` fills with an argument's size, as (output, argument, dim) triples in
+        output order, so that C++ fills them alike (the overrideable attention's max_q, max_k)."""
         if self.native is None:
             library.impl(name, kernel, "PrivateUse1")
         else:
             self.native.register_eager_op(name, boundary.leaves_runtime(kernel),
-                                          program_of or functools.partial(self.native_program, name))
+                                          program_of or functools.partial(self.native_program, name), sizes)
 
     def native_program(self, name: str, args: tuple, kwargs: dict) -> tuple | None:
         """The program this call's signature recorded, as the C++ kernel replays it
