@@ -20,7 +20,7 @@ from conftest import run_python
 pytestmark = pytest.mark.skipif("not __import__('fl_runtime.bridge', fromlist=['x']).status().active",
                                 reason="the Python route: every op runs in Python by design")
 
-_PROBE = """
+_MEASURE = """
 import json, sys, threading
 import torch, torch_fl
 native = sys.modules["fl_runtime.bridge._fl_bridge"]
@@ -56,6 +56,17 @@ def measure(run, calls):
     return {"gil": after[0] - before[0], "python_kernel": after[1] - before[1], "cache_hits": after[2] - before[2],
             "frames": len(frames), "first_frames": frames[:3]}
 
+
+def in_thread(drive):
+    # drive(result) on another thread while this one waits in join(); its result.
+    result = {}
+    thread = threading.Thread(target=drive, args=(result,))
+    thread.start()
+    thread.join()
+    return result
+"""
+
+_PROBE = _MEASURE + """
 ops = steady_ops("fl:0")
 def all_ops():
     for op in ops:
@@ -68,8 +79,7 @@ result["value"] = (ones + 1).cpu().tolist() == [2.0] * 16
 shapes = iter(range(3, 40))
 result["new_signature"] = measure(lambda: torch.ones(next(shapes), device="fl:0") * 3, 1)
 # The same from a second thread on the second device, while this one waits in join().
-other = {}
-def drive():
+def drive(other):
     torch.fl.set_device(1)
     mine = steady_ops("fl:1")
     for op in mine * 5:
@@ -80,19 +90,20 @@ def drive():
         for op in mine:
             op()
     other["gil"] = native.python_entries() - before
-thread = threading.Thread(target=drive)
-thread.start()
-thread.join()
-result["thread"] = other
+result["thread"] = in_thread(drive)
 print(json.dumps(result))
 """
 
 
-@pytest.fixture(scope="module")
-def probe():
-    result = run_python(_PROBE)
+def _probe_result(script: str) -> dict:
+    result = run_python(script)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def probe():
+    return _probe_result(_PROBE)
 
 
 def test_steady_state_tiny_ops_never_enter_python(probe):
@@ -117,3 +128,61 @@ def test_a_call_python_must_serve_moves_both_probes(probe):
 
 def test_a_second_thread_on_another_device_stays_off_the_interpreter(probe):
     assert probe["thread"]["gil"] == 0, probe["thread"]
+
+
+# A static-cache decode step's attention (one query position, grouped heads, the cache's additive
+# or bool mask, no dropout): the C++ choice and the overrideable forward's recorded program
+# (bridge/csrc/sdpa_kernel.h), on each device, the second from another thread.
+_SDPA_PROBE = _MEASURE + """
+import torch.nn.functional as F
+def decode(device, mask_dtype, length=16):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(shape, generator=g).to(device) for shape in ((1, 4, 1, 8), (1, 2, length, 8), (1, 2, length, 8)))
+    mask = torch.randn(1, 1, 1, length, generator=g)
+    mask = (mask > -0.5) if mask_dtype == "bool" else mask
+    want = F.scaled_dot_product_attention(q.cpu(), k.cpu(), v.cpu(), attn_mask=mask, enable_gqa=True)
+    mask = mask.to(device)
+    return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), want
+
+result = {}
+for mask_dtype in ("float", "bool"):
+    call, want = decode("fl:0", mask_dtype)
+    for _ in range(3):
+        call()
+    result[mask_dtype] = measure(call, 200)
+    result[mask_dtype]["close"] = torch.allclose(call().cpu(), want, rtol=1e-5, atol=1e-6)
+result["new_signature"] = measure(decode("fl:0", "float", length=17)[0], 1)
+def drive(other):
+    torch.fl.set_device(1)
+    call, want = decode("fl:1", "bool")
+    for _ in range(3):
+        call()
+    torch.fl.synchronize()
+    before = native.python_entries()
+    outs = [call() for _ in range(200)]
+    other["gil"] = native.python_entries() - before
+    other["close"] = torch.allclose(outs[-1].cpu(), want, rtol=1e-5, atol=1e-6)
+result["thread"] = in_thread(drive)
+print(json.dumps(result))
+"""
+
+
+@pytest.fixture(scope="module")
+def sdpa_probe():
+    return _probe_result(_SDPA_PROBE)
+
+
+@pytest.mark.parametrize("mask", ["float", "bool"])
+def test_steady_state_decode_attention_never_enters_python(sdpa_probe, mask):
+    steady = sdpa_probe[mask]
+    assert (steady["gil"], steady["python_kernel"], steady["frames"]) == (0, 0, 0), steady
+    assert steady["close"]
+
+
+def test_a_new_attention_signature_moves_both_probes(sdpa_probe):
+    first = sdpa_probe["new_signature"]
+    assert first["gil"] >= 1 and first["python_kernel"] >= 1 and first["frames"] >= 1, first
+
+
+def test_decode_attention_on_a_second_thread_and_device_stays_off_the_interpreter(sdpa_probe):
+    assert sdpa_probe["thread"] == {"gil": 0, "close": True}

@@ -64,6 +64,87 @@ def test_fused_kernels_match_cpu_forward_and_gradients(fl, name):
         torch.testing.assert_close(g, w, **TOL)
 
 
+STEADY = {
+    "float mask": dict(mask=lambda: torch.randn(1, 1, 5, 7)),
+    "bool mask": CASES["bool mask"],
+    "gqa": CASES["gqa"],
+    "causal": CASES["causal"],
+    "sdpa_kernel(MATH)": dict(math=True, mask=lambda: torch.randn(5, 7)),
+}
+
+
+@pytest.mark.parametrize("name", STEADY)
+def test_repeated_calls_match_cpu_and_count_as_the_first(fl, name):
+    """The same call again and again: with the bridge, the second on is served in C++
+    (bridge/csrc/sdpa_kernel.h, the forward's recorded program); each call gives the CPU's
+    output and gradients and counts the fused kernels once (none under sdpa_kernel(MATH)),
+    as the first call and the Python route (TORCH_FL_BRIDGE=0) do."""
+    case = dict(STEADY[name])
+    math_only = case.pop("math", False)
+    tensors = _inputs(**case.pop("shape", {}))
+    mask = case.pop("mask", lambda: None)()
+    for _ in range(3):
+        if math_only:
+            with sdpa_kernel([SDPBackend.MATH]):
+                want, got, counts = _both(tensors, mask, **case)
+        else:
+            want, got, counts = _both(tensors, mask, **case)
+        assert (counts[(FWD, "native")], counts[(BWD, "native")]) == ((0, 0) if math_only else (1, 1)), counts
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g, w, **TOL)
+
+
+def test_repeated_inference_calls_match_cpu(fl):
+    """No autograd (a decode step): the output alone, each call the CPU's."""
+    q, k, v = _inputs(hq=4, hk=2, l=1)
+    mask = torch.randn(2, 1, 1, 7)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    q, k, v, mask = (t.to("fl:0") for t in (q, k, v, mask))
+    for _ in range(3):
+        accounting.reset_counts()
+        with torch.no_grad():
+            got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        assert accounting.counts()[(FWD, "native")] == 1
+        torch.testing.assert_close(got.cpu(), want, **TOL)
+
+
+def test_a_kernel_hidden_after_steady_calls_gives_the_math_path(fl, monkeypatch):
+    """The choice reads the kernel table as it is now: C++ asks again after it changes."""
+    from fl_runtime.integration import process
+    tensors = _inputs()
+    for _ in range(2):
+        assert _fused_ran(_both(tensors)[2])
+    monkeypatch.delitem(process.start().device(0).kernels, BWD.removeprefix("aten::"))
+    want, got, counts = _both(tensors)
+    assert counts[(FWD, "native")] == 0
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, **TOL)
+
+
+def test_threads_on_two_devices_match_cpu(fl):
+    """Two threads, each calling attention on its own device over and over."""
+    import threading
+    q, k, v = _inputs(hq=4, hk=2, l=1)
+    want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    errors = []
+
+    def drive(device):
+        try:
+            torch.fl.set_device(int(device[-1]))
+            inputs = [t.to(device) for t in (q, k, v)]
+            for _ in range(20):
+                got = F.scaled_dot_product_attention(*inputs, enable_gqa=True)
+            torch.testing.assert_close(got.cpu(), want, **TOL)
+        except Exception as exc:   # noqa: BLE001 - reported below, in the test's thread
+            errors.append(exc)
+    threads = [threading.Thread(target=drive, args=(device,)) for device in ("fl:0", "fl:1")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
 def test_fully_masked_rows_give_zeros_as_pytorch(fl):
     mask = torch.ones(5, 7, dtype=torch.bool)
     mask[2] = False                     # row 2 sees no key: PyTorch's math path gives 0, not NaN

@@ -32,6 +32,7 @@
 #include "host_allocator.h"
 #include "python_calls.h"
 #include "thread_state.h"
+#include "sdpa_kernel.h"
 #include "to_copy_kernel.h"
 
 namespace {
@@ -181,7 +182,8 @@ PyMODINIT_FUNC PyInit__fl_bridge(void) {
   if (module != nullptr && (add_memory_methods(module) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::eager_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::factory_methods()) < 0 ||
-                            PyModule_AddFunctions(module, fl_bridge::to_copy_methods()) < 0)) {
+                            PyModule_AddFunctions(module, fl_bridge::to_copy_methods()) < 0 ||
+                            PyModule_AddFunctions(module, fl_bridge::sdpa_methods()) < 0)) {
     Py_CLEAR(module);
   }
   return module;

@@ -24,11 +24,26 @@ So this module registers, for fl:
   (max_q, max_k) that no kernel argument can carry: the launcher runs the
   vendor kernel for the tensor returns and this module fills in the two ints.
   The backward's returns are all tensors: it is an ordinary launcher op.
+
+With the native bridge, C++ serves the steady state of both (bridge/csrc/sdpa_kernel.h): its
+`scaled_dot_product_attention` kernel (both keys) makes the same choice from the same metadata
+(asking `_has_fused` once per device, dtype and kernel-table epoch) and calls the same ops, and
+the forward is a launcher-owned op whose recorded program C++ replays, filling max_q and max_k
+from the `sizes` register_owned hands it.  These calls stay in Python: any tensor with a
+Python or functional layer (torch.compile's FakeTensors: their choice must be made here, from
+metadata, as C++ cannot see what a subclass would answer), symbolic sizes, conjugate or
+negative views, a Python mode on the thread, and everything the eager kernels send to Python
+(a forward's first call per signature, profiles, cross-stream tracking, other streams).
+PyTorch's `_fused_sdp_choice_stub` stays unfilled, so ATen's composite still answers MATH
+for PrivateUse1 and `_fused_sdp_choice` (Python, above) reports the choice.
 """
 from __future__ import annotations
 
 import torch
 from torch.nn.attention import SDPBackend
+
+from fl_runtime.logs import logger
+from fl_runtime.ops.boundary import leaves_runtime
 
 FORWARD = "_scaled_dot_product_fused_attention_overrideable"
 BACKWARD = "_scaled_dot_product_fused_attention_overrideable_backward"
@@ -62,8 +77,14 @@ def _fused_fits(rt, query, key, value, attn_mask, dropout_p, is_causal, enable_g
         if (not isinstance(attn_mask, torch.Tensor) or attn_mask.device != query.device
                 or attn_mask.dtype not in (torch.bool, query.dtype) or not _broadcasts(attn_mask, (b, hq, l, s))):
             return False
-    launcher, index = rt.launcher, query.device.index
-    return launcher.has_kernel(index, FORWARD, query.dtype) and launcher.has_kernel(index, BACKWARD, query.dtype)
+    return _has_fused(rt, query.device.index, query.dtype)
+
+
+def _has_fused(rt, index: int, dtype: torch.dtype) -> bool:
+    """Has fl:index's plugin both overrideable kernels in `dtype`?  (The bridge's C++ kernel asks
+    this once per device, dtype and kernel-table epoch.)"""
+    launcher = rt.launcher
+    return launcher.has_kernel(index, FORWARD, dtype) and launcher.has_kernel(index, BACKWARD, dtype)
 
 
 def _as_bias(attn_mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None:
@@ -75,6 +96,13 @@ def _as_bias(attn_mask: torch.Tensor | None, query: torch.Tensor, key: torch.Ten
         attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill_(~attn_mask, float("-inf"))
     b, hq, l, _ = query.shape
     return attn_mask.expand(b, hq, l, key.shape[-2])
+
+
+def _launch_call(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False, *,
+                 scale=None) -> tuple[tuple, dict]:
+    """The overrideable forward's call as its launch takes it: every argument, however the
+    dispatcher handed them (a program is found by the launch's own arguments)."""
+    return (query, key, value, attn_bias, dropout_p, is_causal, return_debug_mask), {"scale": scale}
 
 
 def register(library: torch.library.Library, rt) -> None:
@@ -100,14 +128,24 @@ def register(library: torch.library.Library, rt) -> None:
         return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
                                enable_gqa=enable_gqa)
 
-    def fused_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
-                      return_debug_mask=False, *, scale=None):
-        result = list(rt.launcher.launch(FORWARD, (query, key, value, attn_bias, dropout_p, is_causal,
-                                                   return_debug_mask), {"scale": scale}))
-        result[4], result[5] = query.shape[-2], key.shape[-2]     # max_q, max_k: SymInt returns
+    def fused_forward(*args, **kwargs):
+        launch_args, launch_kwargs = _launch_call(*args, **kwargs)
+        result = list(rt.launcher.launch(FORWARD, launch_args, launch_kwargs))
+        result[4], result[5] = launch_args[0].shape[-2], launch_args[1].shape[-2]   # max_q, max_k: SymInts
         return tuple(result)
 
+    def forward_program(args: tuple, kwargs: dict):
+        """The program fused_forward's launch recorded for this call (the bridge replays it)."""
+        return rt.launcher.native_program(FORWARD, *_launch_call(*args, **kwargs))
+
     library.impl("_fused_sdp_choice", fused_sdp_choice, "PrivateUse1")
-    library.impl(FORWARD, fused_forward, "PrivateUse1")
-    for key in ("PrivateUse1", "AutogradPrivateUse1"):
-        library.impl("scaled_dot_product_attention", scaled_dot_product_attention, key)
+    # max_q, max_k (outputs 4, 5) are the sizes of query's and key's dim -2, in C++ too.
+    rt.launcher.register_owned(library, FORWARD, fused_forward, forward_program, sizes=((4, 0, -2), (5, 1, -2)))
+    native = rt.launcher.native
+    why = "the native bridge is off" if native is None else native.register_sdpa(
+        leaves_runtime(scaled_dot_product_attention), lambda index, dtype: _has_fused(rt, index, dtype))
+    if why:
+        if native is not None:
+            logger.debug("scaled_dot_product_attention stays in Python: %s", why)
+        for key in ("PrivateUse1", "AutogradPrivateUse1"):
+            library.impl("scaled_dot_product_attention", scaled_dot_product_attention, key)
