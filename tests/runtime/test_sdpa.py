@@ -7,6 +7,7 @@ attention) must reach the reference vendor's kernels once per layer and pass.
 """
 import copy
 import math
+import sys
 
 import pytest
 import torch
@@ -119,6 +120,37 @@ def test_a_kernel_hidden_after_steady_calls_gives_the_math_path(fl, monkeypatch)
     assert counts[(FWD, "native")] == 0
     for w, g in zip(want, got):
         torch.testing.assert_close(g, w, **TOL)
+
+
+@pytest.mark.skipif("not __import__('fl_runtime.bridge', fromlist=['x']).status().active",
+                    reason="the Python route: no C++ kernel to leave")
+def test_a_python_mode_takes_the_python_kernel_with_the_same_values(fl):
+    """A TorchDispatchMode on the thread (as torch.compile's tracing sets): the C++ kernel hands
+    the call to attention.py's, which gives the same output; without it C++ serves the call."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    native = fl.runtime().launcher.native
+    q, k, v = _inputs(hq=4, hk=2)
+    want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    q, k, v = (t.to("fl:0") for t in (q, k, v))
+    F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    before = native.eager_stats()["python_calls"]
+    got = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert native.eager_stats()["python_calls"] == before
+    frames = []
+    sys.setprofile(lambda frame, event, arg: frames.append(frame.f_code.co_name) if event == "call" else None)
+    try:
+        with Seen():
+            in_mode = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    finally:
+        sys.setprofile(None)
+    assert "scaled_dot_product_attention" in frames          # attention.py's kernel
+    for out in (got, in_mode):
+        torch.testing.assert_close(out.cpu(), want, **TOL)
 
 
 def test_threads_on_two_devices_match_cpu(fl):
