@@ -11,16 +11,19 @@ Converting or strided copies on a device use the vendor's `copy_` kernel; a
 vendor without one gets them through the host (a CPU fallback, counted).
 With the native bridge, a copy on one device that the vendor's copy_ kernel took is served
 in C++ from its call signature's second call on (_launched_program; docs/users/native-bridge.md
-"Eager ops"), and _to_copy is C++ making the same empty_like + copy_ (bridge/csrc/to_copy_kernel.h);
-every copy that stages, waits or goes through the host stays here.
+"Eager ops"), _to_copy is C++ making the same empty_like + copy_ (bridge/csrc/to_copy_kernel.h),
+and so are the raw host copies: a dense same-dtype download (_raw_d2h) and a small staged upload
+(_raw_h2d with its stage held, bridge/csrc/host_copies.h); every other copy stays here.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
 
 from fl_runtime.abi import ffi
+from fl_runtime.devices import uploads
 from fl_runtime.devices.storage import storage_base
 from fl_runtime.ops import accounting
 from fl_runtime.ops.boundary import leaves_runtime
@@ -48,6 +51,11 @@ def register(library: torch.library.Library, rt, pinned_memory: bool = False,
     native = rt.launcher.native
     if native is not None:      # C++ runs the same empty_like + copy_ (bridge/csrc/to_copy_kernel.h)
         native.register_to_copy(leaves_runtime(_to_copy))
+        # The raw host copies in C++ too (bridge/csrc/host_copies.h), with this file's and
+        # uploads.py's constants; its error path raises what plugin.check raises here.
+        native.configure_host_copies(STAGE_BYTES, uploads.LIMIT, uploads.LIMIT_BYTES,
+                                     functools.partial(_native_copy_failure, rt))
+        rt.uploads.native = native
     else:
         library.impl("_to_copy", _to_copy, "PrivateUse1")
     if not pinned_memory:
@@ -120,6 +128,12 @@ def _pin_memory(self: torch.Tensor, device=None) -> torch.Tensor:
 _pin_warned = False     # one warning per process
 
 _bridge_off = ("", "")  # (why the native bridge is off, what to do), from register()
+
+
+def _native_copy_failure(rt, device_index: int, status: int, call: str) -> None:
+    """What the bridge's C++ host copies raise for a failed vendor call: plugin.check's error,
+    as _raw_h2d / _raw_d2h / uploads.py raise it for the same call."""
+    rt.device(device_index).plugin.check(status, call)
 
 
 def _ensure_cpu_allowed(rt, device_index: int) -> None:
