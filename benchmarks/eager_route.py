@@ -5,7 +5,8 @@
 Columns: native PyTorch on the CPU; fl with the native bridge, whose C++ kernels serve a
 repeated call signature without Python (docs/users/native-bridge.md "Eager ops"); fl on the
 Python route (TORCH_FL_BRIDGE=0, in a child process: the route is fixed at start-up).  The
-rows: tiny ops (`x + 1` on 16 floats, `x.add_(1)`, an 8x8 mm, relu, sum, a view), a batch-1
+rows: tiny ops (`x + 1` on 16 floats, `x.add_(1)`, an 8x8 mm, relu, sum, a view), host copies
+(`.item()`, `.cpu()` and an upload of 16 floats; a clone of 16 floats on the CPU), a batch-1
 MLP training step (~40 ops), and two threads each driving its own device against one thread.
 Rounds alternate between the columns (the machine is shared: `uptime` is printed), each
 keeping its best; the figures are microseconds per op (per step for the MLP).
@@ -30,6 +31,8 @@ def _ops(device: str) -> dict:
     x = torch.ones(16, device=device)
     inplace = torch.zeros(16, device=device)
     a = torch.ones(8, 8, device=device)
+    host = torch.ones(16)
+    fl = device != "cpu"
     return {
         "x + 1": lambda: x + 1,
         "x.add_(1)": lambda: inplace.add_(1),
@@ -37,6 +40,10 @@ def _ops(device: str) -> dict:
         "relu": lambda: torch.relu(x),
         "sum": lambda: x.sum(),
         "view": lambda: a.view(64),
+        # Host copies; on the CPU their equivalent is a clone of 16 floats.
+        "x[3].item()": lambda: x[3].item(),
+        ".cpu() of 16 floats": (lambda: x.cpu()) if fl else (lambda: x.clone()),
+        "upload of 16 floats": (lambda: host.to(device)) if fl else (lambda: host.clone()),
     }
 
 

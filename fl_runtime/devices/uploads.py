@@ -16,6 +16,8 @@ new one is held, and at most `LIMIT` copies or `LIMIT_BYTES` of host memory stay
 pending per device (a large converted upload, `model.to("fl", torch.half)`, holds its
 converted copy): past that the oldest are waited for, so a host that outruns its device
 holds bounded memory.
+With the native bridge, the small uploads it serves in C++ are held there by the same rules
+(bridge/csrc/pending_uploads.h, with these limits): pending() counts both.
 The holder lives on the Runtime, which is kept until exit (integration/shutdown.py),
 so its events are never destroyed after their plugin.
 """
@@ -42,6 +44,7 @@ class PendingUploads:
         self._pending: dict[int, deque[tuple[Event, torch.Tensor, int]]] = {}
         self._spare: dict[int, list[Event]] = {}
         self._bytes: dict[int, int] = {}
+        self.native = None      # the native bridge module, whose C++ uploads hold their own (copies.py)
 
     def hold(self, device: DeviceInfo, stream: Stream, host: torch.Tensor) -> None:
         """Keep `host` until the work enqueued on `stream` so far (its copy) is done."""
@@ -65,9 +68,17 @@ class PendingUploads:
                 self._retire(index, pending, spare)
 
     def pending(self, device_index: int) -> tuple[int, int]:
-        """(copies, host bytes) to fl:<device_index> still holding a host buffer."""
+        """(copies, host bytes) to fl:<device_index> still holding a host buffer (finished ones
+        retired first), with those the native bridge's C++ uploads hold (bridge/csrc/pending_uploads.h)."""
         with self._lock:
-            return len(self._pending.get(device_index, ())), self._bytes.get(device_index, 0)
+            pending = self._pending.get(device_index)
+            if pending:
+                self._retire(device_index, pending, self._spare.setdefault(device_index, []))
+            copies, held = len(self._pending.get(device_index, ())), self._bytes.get(device_index, 0)
+        if self.native is not None:
+            more = self.native.pending_uploads(device_index)
+            copies, held = copies + more[0], held + more[1]
+        return copies, held
 
     def _retire(self, index: int, pending: deque, spare: list) -> None:
         while pending and pending[0][0].query():

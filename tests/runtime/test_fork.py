@@ -69,10 +69,11 @@ def test_spawned_child_uses_fl(script):
 
 def test_fork_while_another_thread_allocates_never_hangs_the_child(python):
     """fork() copies the allocator's mutexes in whatever state other threads left them: a
-    backward pass (allocations and frees in C++, without the GIL) runs in a loop while the
-    main thread forks, and each child must still free what it inherited, read the
-    allocator's figures, get FLBadForkError for an op whose signature already has a C++
-    program, and do CPU work (bridge/csrc/fork_handlers.h)."""
+    backward pass (allocations and frees in C++, without the GIL) and small uploads (their
+    staging buffers held in C++) run in a loop while the main thread forks, and each child must
+    still free what it inherited, read the allocator's and the upload holder's figures, get
+    FLBadForkError for an op whose signature already has a C++ program and for an upload, and
+    do CPU work (bridge/csrc/fork_handlers.h)."""
     result = python("""
         import faulthandler, os, sys, threading, time, torch, torch_fl
         from fl_runtime import bridge
@@ -86,8 +87,10 @@ def test_fork_while_another_thread_allocates_never_hangs_the_child(python):
         def churn():
             while not stop.is_set():
                 y = w
-                for _ in range(300):
+                for i in range(300):
                     y = y * 1.0001 + w
+                    if i % 10 == 0:
+                        torch.full((8,), float(i)).to("fl")    # a staged upload: its holder's mutex
                 y.sum().backward()
         thread = threading.Thread(target=churn)
         thread.start()
@@ -98,15 +101,18 @@ def test_fork_while_another_thread_allocates_never_hangs_the_child(python):
             if pid == 0:
                 os.close(r)
                 faulthandler.dump_traceback_later(15, exit=True)    # a hang shows where, on stderr
-                try:
-                    x + 1
-                    line = "op: no error"
-                except FLBadForkError:
-                    line = "op: FLBadForkError"
+                line = "op:"
+                for op in (lambda: x + 1, lambda: torch.ones(4).to("fl")):
+                    try:
+                        op()
+                        line += " no error"
+                    except FLBadForkError:
+                        line += " FLBadForkError"
                 global_x = globals().pop("x")
                 del global_x                     # frees the inherited block (C++ allocator)
                 if native is not None:
                     native.figures(0)            # takes the allocator's mutex
+                    native.pending_uploads(0)    # takes the upload holder's mutex
                 line += f" cpu={(torch.arange(4.0) * 2).sum().item()}"
                 os.write(wr, line.encode())
                 os._exit(0)
@@ -130,4 +136,4 @@ def test_fork_while_another_thread_allocates_never_hangs_the_child(python):
     assert result.returncode == 0, result.stderr
     summary, outcomes = result.stdout.strip().splitlines()[-2:]
     assert summary.startswith("hung 0 "), (summary, outcomes, result.stderr[-4000:])
-    assert outcomes == str({"op: FLBadForkError cpu=12.0": 40})
+    assert outcomes == str({"op: FLBadForkError FLBadForkError cpu=12.0": 40})

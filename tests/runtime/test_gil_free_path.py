@@ -1,7 +1,8 @@
 """The native bridge's steady state runs without Python (docs/users/native-bridge.md "Eager
-ops"): once a call signature has its recorded program, tiny ops, views and the allocations
-and frees of their outputs through the C++ caching allocator neither take the interpreter
-lock from C++ nor run a Python frame.
+ops"): once a call signature has its recorded program, tiny ops, views, the allocations
+and frees of their outputs through the C++ caching allocator, and small copies to and from the
+host (`.cpu()`, `.item()`, an upload) neither take the interpreter lock from C++ nor run a
+Python frame.
 
 Two independent probes, each shown to move when Python does run, so neither is vacuous:
 - the bridge's count of its own GIL entries (python_calls.h python_entries: every Gil and the
@@ -30,8 +31,10 @@ def steady_ops(device):
     x = torch.ones(16, device=device)
     inplace = torch.zeros(16, device=device)
     a = torch.ones(8, 8, device=device)
+    host, upload = torch.ones(16), torch.empty(16, device=device)
     return [lambda: x + 1, lambda: inplace.add_(1), lambda: a @ a, lambda: torch.relu(x), lambda: x.sum(),
-            lambda: a.view(64), lambda: a.t(), lambda: a[1], lambda: x * x, lambda: torch.softmax(a, -1)]
+            lambda: a.view(64), lambda: a.t(), lambda: a[1], lambda: x * x, lambda: torch.softmax(a, -1),
+            lambda: x.cpu(), lambda: x[1].item(), lambda: upload.copy_(host)]   # host copies (host_copies.h)
 
 frames = []
 

@@ -159,19 +159,21 @@ def test_a_profile_sees_every_copy(fl):
 
 
 @_needs_bridge
-def test_host_copies_stay_in_python_and_stay_right(fl):
-    """To and from the host: staging and stream waits are the Python kernel's (copies.py)."""
+def test_converting_host_copies_stay_in_python_and_stay_right(fl):
+    """To and from the host: raw copies are C++ (test_native_host_copies.py), a converting or
+    broadcasting one is the Python kernel's (copies.py)."""
     g = torch.Generator().manual_seed(5)
     host = torch.randn(16, generator=g)
     x = host.to("fl:0")
     x.cpu(), x.cpu()
     before = _python_calls(fl)
     assert torch.equal(x.cpu(), host)
+    assert _python_calls(fl) == before
     assert torch.equal(x.to("cpu", torch.float64), host.double())
-    y = torch.empty(16, device="fl:0")
+    y = torch.empty(4, 16, device="fl:0")
     y.copy_(host * 3)
-    assert torch.equal(y.cpu(), host * 3)
-    assert _python_calls(fl) - before >= 3
+    assert torch.equal(y.cpu(), (host * 3).expand(4, 16))
+    assert _python_calls(fl) - before >= 2
 
 
 def test_to_copy_errors_and_pinned_requests_are_the_python_kernels(fl):

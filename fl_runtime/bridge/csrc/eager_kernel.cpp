@@ -16,6 +16,7 @@
 #include "device_allocator.h"
 #include "factory_kernels.h"
 #include "fast_path_switches.h"
+#include "host_copies.h"
 #include "program_table.h"
 #include "sdpa_kernel.h"
 #include "python_calls.h"
@@ -85,6 +86,10 @@ class EagerKernel final : public c10::OperatorKernel {
     }
     const size_t nargs = op.schema().arguments().size();
     const auto arguments = torch::jit::last(*stack, nargs);
+    const EagerShortcut shortcut = shortcut_.load(std::memory_order_acquire);
+    if (shortcut != nullptr && shortcut(arguments, stack)) {
+      return;
+    }
     std::string key;
     key.reserve(128);
     if (!append_call_key(arguments, key)) {
@@ -119,6 +124,9 @@ class EagerKernel final : public c10::OperatorKernel {
   }
 
   uint64_t python_calls() const { return python_calls_.load(std::memory_order_relaxed); }
+
+  const std::string& name() const noexcept { return name_; }
+  void set_shortcut(EagerShortcut shortcut) noexcept { shortcut_.store(shortcut, std::memory_order_release); }
 
  private:
   void python(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -210,6 +218,7 @@ class EagerKernel final : public c10::OperatorKernel {
   std::vector<SizeReturn> sizes_;      // by output index
   ProgramTable table_;
   std::atomic<uint64_t> python_calls_{0};
+  std::atomic<EagerShortcut> shortcut_{nullptr};
 };
 
 void redispatch_to_cpu(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -315,7 +324,8 @@ PyObject* take_counts_py(PyObject*, PyObject*) {
 
 PyObject* eager_stats_py(PyObject*, PyObject*) {
   HANDLE_TH_ERRORS
-  uint64_t python_calls = factory_python_calls() + to_copy_python_calls() + sdpa_python_calls();
+  uint64_t python_calls =
+      factory_python_calls() + to_copy_python_calls() + local_scalar_python_calls() + sdpa_python_calls();
   {
     std::lock_guard<std::mutex> lock(g_kernels_lock);
     for (const EagerKernel* kernel : g_kernels) {
@@ -336,7 +346,7 @@ PyMethodDef g_methods[] = {
      "set_switch(bit, on): send every eager call to Python while a bit is set (fast_path_switches.h)"},
     {"set_kernel_epoch", set_kernel_epoch_py, METH_O, "set_kernel_epoch(n): the kernel tables changed"},
     {"take_counts", take_counts_py, METH_NOARGS, "take_counts() -> {op: calls served in C++ since the last take}"},
-    {"eager_stats", eager_stats_py, METH_NOARGS, "eager_stats() -> {'python_calls': calls the C++ kernels (eager, factories, _to_copy, sdpa) handed to Python}"},
+    {"eager_stats", eager_stats_py, METH_NOARGS, "eager_stats() -> {'python_calls': calls the C++ kernels (eager, factories, _to_copy, .item(), sdpa) handed to Python}"},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -361,6 +371,24 @@ void configure_eager(PyObject* launch_failure, PyObject* default_streams) {
   Py_INCREF(launch_failure);
   Py_XSETREF(g_launch_failure, launch_failure);
   g_default_streams = std::move(streams);
+}
+
+fl_stream default_stream(c10::DeviceIndex device) noexcept {
+  if (device < 0 || static_cast<size_t>(device) >= g_default_streams.size()) {
+    return nullptr;
+  }
+  return reinterpret_cast<fl_stream>(g_default_streams[device]);
+}
+
+void set_eager_shortcut(const std::string& name, EagerShortcut shortcut) {
+  std::lock_guard<std::mutex> lock(g_kernels_lock);
+  for (EagerKernel* kernel : g_kernels) {
+    if (kernel->name() == name) {
+      kernel->set_shortcut(shortcut);
+      return;
+    }
+  }
+  TORCH_CHECK(false, "set_eager_shortcut: no C++ kernel is registered for ", name);
 }
 
 void register_eager_op(const std::string& name, PyObject* kernel, PyObject* program_of, std::vector<SizeReturn> sizes) {

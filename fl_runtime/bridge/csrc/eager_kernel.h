@@ -13,7 +13,11 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/stack.h>
+#include <c10/core/Device.h>
 #include <torch/library.h>
+
+#include "vendor_api.h"
 
 namespace fl_bridge {
 
@@ -35,6 +39,18 @@ struct SizeReturn {
 // for that signature, or None; `sizes` its int returns, which a program leaves empty.
 void register_eager_op(const std::string& name, PyObject* kernel, PyObject* program_of,
                        std::vector<SizeReturn> sizes = {});
+
+// Device `device`'s default stream as configure_eager was given it, or nullptr for an index
+// it was not given.
+fl_stream default_stream(c10::DeviceIndex device) noexcept;
+
+// A C++ step the kernel of op `name` tries before its key and programs (after the switches, so
+// never while a profile, cross-stream tracking, held inputs, a capture or a fork's child sends
+// calls to Python): true means it served the call and left the op's result on the stack;
+// false, that it did nothing.  copy_ uses it for the copies to and from the host
+// (host_copies.h), which have no launch program.  `name` must be registered already.
+using EagerShortcut = bool (*)(c10::ArrayRef<c10::IValue> arguments, torch::jit::Stack* stack);
+void set_eager_shortcut(const std::string& name, EagerShortcut shortcut);
 
 // The process's `aten` IMPL library for PrivateUse1, which every C++ kernel registers in.
 torch::Library& private_use1_library();

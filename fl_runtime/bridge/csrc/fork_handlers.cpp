@@ -8,20 +8,25 @@
 
 #include "caching_allocator.h"
 #include "fast_path_switches.h"
+#include "pending_uploads.h"
 
 namespace fl_bridge {
 namespace {
 
+// Upload holders first: no thread takes an allocator's mutex while it holds one of theirs.
 void before_fork() {
+  lock_uploads_for_fork();
   lock_allocators_for_fork();
 }
 
 void after_fork_in_parent() {
   unlock_allocators_after_fork();
+  unlock_uploads_after_fork();
 }
 
 void after_fork_in_child() {
   unlock_allocators_after_fork();
+  unlock_uploads_after_fork();
   set_switch(kDisabled, true);
 }
 

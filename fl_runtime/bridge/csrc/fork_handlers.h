@@ -3,8 +3,9 @@
 // in the child for ever, and the child's first free (collecting an inherited fl tensor) or
 // allocation would hang.  The handlers here make the child's state consistent:
 //  - before the fork, the forking thread takes every device allocator's mutex (in device
-//    order: no thread holds two, caching_allocator.h), so no update is half done; after it,
-//    parent and child each give them back;
+//    order: no thread holds two, caching_allocator.h), and before them every upload holder's
+//    (pending_uploads.h), so no update is half done; after it, parent and child each give
+//    them back;
 //  - in the child, the C++ steady state is switched off (fast_path_switches.h kDisabled): every
 //    fl op then takes its Python kernel, which raises FLBadForkError as the fork policy says
 //    (fl_runtime/integration/fork.py, docs/users/devices.md): the driver state a C++ launch

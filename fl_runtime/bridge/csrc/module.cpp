@@ -28,6 +28,7 @@
 #include "generator.h"
 #include "graph.h"
 #include "hooks.h"
+#include "host_copies.h"
 #include "memory_methods.h"
 #include "host_allocator.h"
 #include "python_calls.h"
@@ -183,6 +184,7 @@ PyMODINIT_FUNC PyInit__fl_bridge(void) {
                             PyModule_AddFunctions(module, fl_bridge::eager_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::factory_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::to_copy_methods()) < 0 ||
+                            PyModule_AddFunctions(module, fl_bridge::host_copy_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::sdpa_methods()) < 0)) {
     Py_CLEAR(module);
   }

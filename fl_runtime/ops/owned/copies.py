@@ -11,16 +11,19 @@ Converting or strided copies on a device use the vendor's `copy_` kernel; a
 vendor without one gets them through the host (a CPU fallback, counted).
 With the native bridge, a copy on one device that the vendor's copy_ kernel took is served
 in C++ from its call signature's second call on (_launched_program; docs/users/native-bridge.md
-"Eager ops"), and _to_copy is C++ making the same empty_like + copy_ (bridge/csrc/to_copy_kernel.h);
-every copy that stages, waits or goes through the host stays here.
+"Eager ops"), _to_copy is C++ making the same empty_like + copy_ (bridge/csrc/to_copy_kernel.h),
+and so are the raw host copies: a dense same-dtype download (_raw_d2h) and a small staged upload
+(_raw_h2d with its stage held, bridge/csrc/host_copies.h); every other copy stays here.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
 
 from fl_runtime.abi import ffi
+from fl_runtime.devices import uploads
 from fl_runtime.devices.storage import storage_base
 from fl_runtime.logs import logger
 from fl_runtime.ops import accounting
@@ -46,7 +49,14 @@ def register(library: torch.library.Library, rt, pinned_memory: bool = False,
 
     rt.launcher.register_owned(library, "copy_", copy_,
                                lambda args, kwargs: _launched_program(rt, *args, **kwargs))
-    register_to_copy(library, rt.launcher.native)
+    native = rt.launcher.native
+    register_to_copy(library, native)
+    if native is not None:
+        # The raw host copies in C++ too (bridge/csrc/host_copies.h), with this file's and
+        # uploads.py's constants; its error path raises what plugin.check raises here.
+        native.configure_host_copies(STAGE_BYTES, uploads.LIMIT, uploads.LIMIT_BYTES,
+                                     functools.partial(_native_copy_failure, rt))
+        rt.uploads.native = native
     if not pinned_memory:
         library.impl("_pin_memory", _pin_memory, "CPU")
 
@@ -130,6 +140,12 @@ def _pin_memory(self: torch.Tensor, device=None) -> torch.Tensor:
 _pin_warned = False     # one warning per process
 
 _bridge_off = ("", "")  # (why the native bridge is off, what to do), from register()
+
+
+def _native_copy_failure(rt, device_index: int, status: int, call: str) -> None:
+    """What the bridge's C++ host copies raise for a failed vendor call: plugin.check's error,
+    as _raw_h2d / _raw_d2h / uploads.py raise it for the same call."""
+    rt.device(device_index).plugin.check(status, call)
 
 
 def _ensure_cpu_allowed(rt, device_index: int) -> None:

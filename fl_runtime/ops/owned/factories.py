@@ -62,7 +62,10 @@ def register(library: torch.library.Library, rt, resizable_storage: bool = False
             native.register_factory(name, leaves_runtime(kernel), tuple(DL_DTYPES))
         else:
             library.impl(name, kernel, "PrivateUse1")
-    library.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
+    if native is not None:     # C++ reads a dense element itself (bridge/csrc/host_copies.h)
+        native.register_local_scalar_dense(leaves_runtime(local_scalar_dense))
+    else:
+        library.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
     library.impl("resize_", resize_, "PrivateUse1")
     library.impl("set_.source_Storage_storage_offset", set_storage, "PrivateUse1")
     library.impl("_has_compatible_shallow_copy_type", _both_dense, "PrivateUse1")
