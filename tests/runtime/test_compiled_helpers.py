@@ -38,6 +38,14 @@ def native(fl):
     return storage._native
 
 
+@pytest.fixture(autouse=True)
+def settled_capsules():
+    """Tensors of earlier tests in this process that only a cycle collection frees (a traceback
+    kept by pytest, say) would release their capsules inside a test's own gc.collect() and move
+    the live() baseline it read: collect them before each test."""
+    gc.collect()
+
+
 def wrap(native, data: int, token, shape=(2, 3), stride=(3, 1), codes=None) -> torch.Tensor:
     """native.wrap as storage.wrap_block calls it; `codes`: a DLPack (type code, bits) of float32's."""
     from fl_runtime.devices import storage
