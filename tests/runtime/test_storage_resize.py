@@ -7,8 +7,11 @@ The Python route's clear error: tests/runtime/test_storage.py.
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
+from conftest import run_python
 
 
 @pytest.fixture(autouse=True)
@@ -104,3 +107,72 @@ def test_a_storage_that_borrows_its_memory_is_not_resized(fl):
     own.resize_(32)
     own.resize_(8)
     assert own.resizable() and own.nbytes() == 8
+
+
+@pytest.mark.parametrize("start, offset, sizes", [
+    (0, 0, [(5,), (5,), (2, 3), (0,), (40,)]),          # what arange(out=) does: grow an empty one
+    (16, 4, [(3, 2), (12,), (30,), (1, 1, 1)]),          # a view with a storage offset
+])
+def test_tensor_resize_keeps_values_and_strides_as_on_the_cpu(fl, start, offset, sizes):
+    """Tensor.resize_ in every step: the kept prefix, the sizes, the strides and the storage
+    size follow the CPU's."""
+    device_base = torch.arange(start, dtype=torch.float32, device="fl:0")
+    cpu_base = torch.arange(start, dtype=torch.float32)
+    device, cpu = device_base[offset:], cpu_base[offset:]
+    for size in sizes:
+        device.resize_(size)
+        cpu.resize_(size)
+        kept = min(device.numel(), max(start - offset, 0))
+        assert device.shape == cpu.shape and device.stride() == cpu.stride(), size
+        assert device.storage_offset() == cpu.storage_offset()
+        assert torch.equal(device.reshape(-1)[:kept].cpu(), cpu.reshape(-1)[:kept]), size
+        assert device.untyped_storage().nbytes() >= cpu.untyped_storage().nbytes() - 4 * offset
+
+
+def test_resize_to_a_memory_format_gives_the_cpu_strides(fl):
+    device = torch.empty(0, device="fl:0").resize_((2, 3, 4, 5), memory_format=torch.channels_last)
+    cpu = torch.empty(0).resize_((2, 3, 4, 5), memory_format=torch.channels_last)
+    assert device.stride() == cpu.stride() and device.is_contiguous(memory_format=torch.channels_last)
+    with pytest.raises(RuntimeError, match="required rank 4"):
+        torch.empty(0, device="fl:0").resize_((2, 3), memory_format=torch.channels_last)
+
+
+_RESIZE_PROBE = """
+import json, sys
+import torch, torch_fl
+native = sys.modules["fl_runtime.bridge._fl_bridge"]
+
+def resizes():          # arange(out=)'s grow of an empty tensor, and a grow that keeps values
+    fresh, kept = torch.empty(0, device="fl:0"), torch.ones(8, device="fl:0")
+    for n in (16, 4, 64, 0, 128):
+        fresh.resize_(n)
+    kept.resize_(16)
+    return fresh, kept
+
+def counts():
+    return native.eager_stats()["python_calls"], native.python_entries()
+
+resizes()               # the first call of the kept values' copy_ records its program
+before = counts()
+fresh, kept = resizes()
+steady = counts()
+fresh.resize_((2, 2, 2, 2), memory_format=torch.channels_last)
+print(json.dumps({"steady": [a - b for a, b in zip(steady, before)],
+                  "memory_format": [a - b for a, b in zip(counts(), steady)],
+                  "values": kept[:8].cpu().tolist() == [1.0] * 8 and fresh.shape == (2, 2, 2, 2)}))
+"""
+
+
+def test_steady_state_resize_is_served_in_cpp(fl):
+    """The bridge's resize_ kernel (bridge/csrc/resize_kernel.h) takes no Python for a plain
+    resize; a memory format goes to the Python kernel (both probes move).  In a fresh process:
+    a signature an earlier test sent to Python is retried only after 1, 2, 4 ... calls."""
+    from fl_runtime import bridge
+    if not bridge.status().active:
+        pytest.skip("the Python route: resize_ is a Python kernel by design")
+    result = run_python(_RESIZE_PROBE)
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["steady"] == [0, 0], figures
+    assert figures["memory_format"][0] == 1 and figures["memory_format"][1] >= 1, figures
+    assert figures["values"]

@@ -15,6 +15,7 @@
 #include "call_key.h"
 #include "device_allocator.h"
 #include "factory_kernels.h"
+#include "resize_kernel.h"
 #include "fast_path_switches.h"
 #include "host_copies.h"
 #include "program_table.h"
@@ -325,7 +326,8 @@ PyObject* take_counts_py(PyObject*, PyObject*) {
 PyObject* eager_stats_py(PyObject*, PyObject*) {
   HANDLE_TH_ERRORS
   uint64_t python_calls =
-      factory_python_calls() + to_copy_python_calls() + local_scalar_python_calls() + sdpa_python_calls();
+      factory_python_calls() + resize_python_calls() + to_copy_python_calls() + local_scalar_python_calls() +
+      sdpa_python_calls();
   {
     std::lock_guard<std::mutex> lock(g_kernels_lock);
     for (const EagerKernel* kernel : g_kernels) {
@@ -346,7 +348,7 @@ PyMethodDef g_methods[] = {
      "set_switch(bit, on): send every eager call to Python while a bit is set (fast_path_switches.h)"},
     {"set_kernel_epoch", set_kernel_epoch_py, METH_O, "set_kernel_epoch(n): the kernel tables changed"},
     {"take_counts", take_counts_py, METH_NOARGS, "take_counts() -> {op: calls served in C++ since the last take}"},
-    {"eager_stats", eager_stats_py, METH_NOARGS, "eager_stats() -> {'python_calls': calls the C++ kernels (eager, factories, _to_copy, .item(), sdpa) handed to Python}"},
+    {"eager_stats", eager_stats_py, METH_NOARGS, "eager_stats() -> {'python_calls': calls the C++ kernels (eager, factories, resize_, _to_copy, .item(), sdpa) handed to Python}"},
     {nullptr, nullptr, 0, nullptr},
 };
 

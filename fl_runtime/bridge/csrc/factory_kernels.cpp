@@ -1,6 +1,5 @@
 #include "factory_kernels.h"
 
-#include <algorithm>
 #include <atomic>
 #include <bitset>
 
@@ -14,6 +13,7 @@
 #include "fast_path_switches.h"
 #include "python_calls.h"
 #include "python_kernel.h"
+#include "strided_layout.h"
 #include "thread_state.h"
 
 namespace fl_bridge {
@@ -44,38 +44,6 @@ DtypeSet dtype_set(PyObject* dtypes) {
   }
   Py_DECREF(items);
   return set;
-}
-
-// Bytes a strided layout spans, 0 without elements (storage.py storage_nbytes).
-size_t span_bytes(c10::IntArrayRef sizes, c10::IntArrayRef strides, size_t itemsize) {
-  int64_t last = 0;
-  for (size_t i = 0; i < sizes.size(); i++) {
-    if (sizes[i] == 0) {
-      return 0;
-    }
-    last += (sizes[i] - 1) * strides[i];
-  }
-  return static_cast<size_t>(last + 1) * itemsize;
-}
-
-// Row-major strides, a size-0 or size-1 dimension counting as 1 (storage.py contiguous_strides).
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> strides(sizes.size());
-  int64_t running = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    strides[i] = running;
-    running *= std::max<int64_t>(sizes[i], 1);
-  }
-  return strides;
-}
-
-bool non_negative(c10::IntArrayRef values) {
-  for (const int64_t value : values) {
-    if (value < 0) {
-      return false;
-    }
-  }
-  return true;
 }
 
 class FactoryKernel final : public c10::OperatorKernel {

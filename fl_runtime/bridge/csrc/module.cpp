@@ -25,6 +25,7 @@
 #include "device_guard.h"
 #include "eager_kernel.h"
 #include "factory_kernels.h"
+#include "resize_kernel.h"
 #include "generator.h"
 #include "graph.h"
 #include "hooks.h"
@@ -183,6 +184,7 @@ PyMODINIT_FUNC PyInit__fl_bridge(void) {
   if (module != nullptr && (add_memory_methods(module) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::eager_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::factory_methods()) < 0 ||
+                            PyModule_AddFunctions(module, fl_bridge::resize_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::to_copy_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::host_copy_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::sdpa_methods()) < 0)) {

@@ -40,7 +40,8 @@ def register(library: torch.library.Library, rt, resizable_storage: bool = False
 
     def resize_(self, size, memory_format=None):
         size = tuple(size)
-        stride = tuple(contiguous_strides(size))
+        stride = tuple(contiguous_strides(size)) if memory_format in (None, torch.contiguous_format) \
+            else _strides_in_format(size, memory_format)
         needed = storage_nbytes(size, stride, self.element_size()) + self.storage_offset() * self.element_size()
         if needed > self.untyped_storage().nbytes() and resizable_storage:
             self.untyped_storage().resize_(needed)
@@ -66,7 +67,10 @@ def register(library: torch.library.Library, rt, resizable_storage: bool = False
         native.register_local_scalar_dense(leaves_runtime(local_scalar_dense))
     else:
         library.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
-    library.impl("resize_", resize_, "PrivateUse1")
+    if native is not None:     # C++ serves the common call, resize_ the rest (bridge/csrc/resize_kernel.h)
+        native.register_resize(leaves_runtime(resize_))
+    else:
+        library.impl("resize_", resize_, "PrivateUse1")
     library.impl("set_.source_Storage_storage_offset", set_storage, "PrivateUse1")
     library.impl("_has_compatible_shallow_copy_type", _both_dense, "PrivateUse1")
     for name in ("set_.source_Storage", "set_.source_Tensor", "set_"):
@@ -81,6 +85,12 @@ def _redispatch_to_cpu(name: str):
     def kernel(*args, **kwargs):
         return op.redispatch(_CPU_KEYSET, *args, **kwargs)
     return kernel
+
+
+def _strides_in_format(size: tuple, memory_format: torch.memory_format) -> tuple:
+    """The strides ATen's resize_ gives `size` in `memory_format` (channels_last ...), from
+    PyTorch's own rules on a meta tensor; its error for a format resize_ refuses."""
+    return torch.empty(0, device="meta").resize_(size, memory_format=memory_format).stride()
 
 
 def _set_metadata(tensor, storage, offset, size, stride):
