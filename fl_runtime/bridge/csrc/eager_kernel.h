@@ -9,6 +9,8 @@
 
 #include <Python.h>
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include <torch/library.h>
@@ -23,6 +25,12 @@ void configure_eager(PyObject* launch_failure, PyObject* default_streams);
 // Python kernel, `program_of(args, kwargs)` the launch program spec the last call recorded
 // for that signature, or None.
 void register_eager_op(const std::string& name, PyObject* kernel, PyObject* program_of);
+
+// A new {name: calls} dict (take_counts' answers) that `fill` fills with add_count; nullptr with
+// a Python error set when `fill` returns false.
+PyObject* counts_dict(const std::function<bool(PyObject*)>& fill);
+// counts[name] += calls in a {name: int} dict (take_counts' answers); false with a Python error set.
+bool add_count(PyObject* counts, const std::string& name, uint64_t calls);
 
 // The process's `aten` IMPL library for PrivateUse1, which every C++ kernel registers in.
 torch::Library& private_use1_library();

@@ -24,6 +24,7 @@
 #include "device_allocator.h"
 #include "device_guard.h"
 #include "eager_kernel.h"
+#include "fallback_decompositions.h"
 #include "factory_kernels.h"
 #include "generator.h"
 #include "graph.h"
@@ -181,7 +182,8 @@ PyMODINIT_FUNC PyInit__fl_bridge(void) {
   if (module != nullptr && (add_memory_methods(module) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::eager_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::factory_methods()) < 0 ||
-                            PyModule_AddFunctions(module, fl_bridge::to_copy_methods()) < 0)) {
+                            PyModule_AddFunctions(module, fl_bridge::to_copy_methods()) < 0 ||
+                            PyModule_AddFunctions(module, fl_bridge::decomposition_methods()) < 0)) {
     Py_CLEAR(module);
   }
   return module;
