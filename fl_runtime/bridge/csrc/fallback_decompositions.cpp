@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <ATen/ops/set_ops.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
 #include "eager_kernel.h"
@@ -184,6 +185,13 @@ at::Tensor arange(c10::ArrayRef<c10::IValue> args, const Call& call) {
 
 // -- the kernel ----------------------------------------------------------------------------------
 
+// What chain.py _run_generic's `except Exception` catches of a Python exception: not
+// KeyboardInterrupt, SystemExit or GeneratorExit, which go on as they do there.
+bool chain_catches(const python_error& error) {
+  pybind11::gil_scoped_acquire gil;
+  return error.type == nullptr || PyObject_IsSubclass(error.type, PyExc_Exception) == 1;
+}
+
 struct Decomposition {
   const char* name;
   size_t nargs;
@@ -228,9 +236,15 @@ class DecompositionKernel final : public c10::OperatorKernel {
     at::Tensor out;
     try {
       out = decomposition_.run(arguments, call);
-    } catch (...) {
-      // The chain's generic kernel raised: Python runs the call again, from the top, and does
-      // what the chain does then (the CPU fallback, or the error when that is off).
+    } catch (python_error& error) {
+      if (!chain_catches(error)) {
+        throw;
+      }
+    } catch (...) {       // every C++ error is a Python Exception once raised
+    }
+    if (!out.defined()) {
+      // The generic kernel raised: Python runs the call again, from the top, and does what the
+      // chain does then (the CPU fallback, or the error when that is off).
       return python(op, stack);
     }
     calls_.fetch_add(1, std::memory_order_relaxed);
