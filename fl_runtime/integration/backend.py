@@ -22,6 +22,7 @@ from fl_runtime.logs import logger
 from fl_runtime.ops.owned import attention, copies, foreach, rnn
 from fl_runtime.ops.owned import factories as tensors
 from fl_runtime.ops.boundary import GuardedLibrary
+from fl_runtime.ops.fallback import cpp_generic
 from fl_runtime.ops.fallback.cpu import make_boxed_fallback
 from fl_runtime.ops.owned.rng import register_seeded_dropout
 
@@ -106,7 +107,9 @@ def install(rt) -> None:
     if unknown:
         logger.warning("plugins offer kernels for ops PyTorch does not know (ignored): %s", unknown)
     catch_all = torch.library.Library("_", "IMPL")
-    GuardedLibrary(catch_all).fallback(make_boxed_fallback(rt.launcher.chain, rt.current_device), "PrivateUse1")
+    boxed_fallback = make_boxed_fallback(rt.launcher.chain, rt.current_device)
+    GuardedLibrary(catch_all).fallback(boxed_fallback, "PrivateUse1")
+    cpp_generic.register(rt, boxed_fallback)   # index_copy.out, arange.start_out: the chain's decomposition in C++
     _libraries.extend([aten, catch_all])
     autocast.register()     # the cast policy of torch.autocast("fl")
     distributed.register(rt)  # the `fl` torch.distributed backend (docs/users/distributed.md)

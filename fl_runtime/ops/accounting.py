@@ -37,7 +37,8 @@ HOOKED = False     # ACTIVE or PHASES is set: op calls take the launcher's full 
 
 
 _hooked_listeners: list = []
-_native_counts = None     # () -> {op: calls} the native bridge served since the last call
+# path -> () -> {op: calls} the native bridge served through that path since the last call
+_native_counts: dict = {}
 
 
 def on_hooked(listener) -> None:
@@ -45,11 +46,11 @@ def on_hooked(listener) -> None:
     _hooked_listeners.append(listener)
 
 
-def also_count(take) -> None:
-    """Fold `take()`'s {op: native calls} into the counts too (the native bridge counts the
-    calls it serves in C++; bridge/csrc/program_table.h)."""
-    global _native_counts
-    _native_counts = take
+def also_count(take, path: str = NATIVE) -> None:
+    """Fold `take()`'s {op: calls} into the counts too, as calls through `path` (the native
+    bridge counts the calls it serves in C++: vendor kernels, bridge/csrc/program_table.h, and
+    generic kernels, bridge/csrc/fallback_decompositions.h).  One source per path."""
+    _native_counts[path] = take
 
 
 def _set_hooked() -> None:
@@ -82,9 +83,9 @@ def fold() -> None:
         batch = pending[:n]
         del pending[:n]
         _counts.update(batch)
-        if _native_counts is not None:
-            for op, calls in _native_counts().items():
-                _counts[(op, NATIVE)] += calls
+        for path, take in _native_counts.items():
+            for op, calls in take().items():
+                _counts[(op, path)] += calls
 
 
 def counts() -> Counter:

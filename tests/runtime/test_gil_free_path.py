@@ -170,6 +170,52 @@ print(json.dumps(result))
 """
 
 
+# The static-cache decode's two fallback ops (bridge/csrc/fallback_decompositions.h): the
+# key/value write runs its generic kernel (copy_ on the device, one scatter_) in C++, and so does
+# arange: CPU values, resize_ (resize_kernel.h) and one small upload (host_copies.h).
+_DECOMPOSITION_PROBE = _PROBE.split("ops = steady_ops")[0] + """
+from fl_runtime.bridge import status
+cache = torch.zeros(1, 4, 16, 8, device="fl:0")
+k = torch.ones(1, 4, 1, 8, device="fl:0")
+positions = [torch.tensor([i], device="fl:0") for i in range(16)]
+out = torch.empty_like(cache)
+def write():
+    for position in positions:
+        cache.index_copy_(2, position, k)
+        cache.index_copy(2, position, k)
+        torch.index_copy(cache, 2, position, k, out=out)
+for _ in range(3):
+    write()
+torch_fl.op_stats.reset()
+result = {"write": measure(write, 20)}
+result["write_counted"] = torch_fl.op_stats.snapshot()["aten::index_copy.out"]
+result["cache"] = cache.cpu().eq(1).all().item()
+for _ in range(3):
+    torch.arange(0, 7, device="fl:0")
+def positions_of():
+    torch.arange(5, 12, device="fl:0")
+arange = measure(positions_of, 50)
+arange["chain_frames"] = [f for f in frames if "/ops/fallback/" in f]
+result["arange"] = arange
+result["arange_value"] = torch.arange(5, 12, device="fl:0").cpu().tolist()
+# The same key/value write from a second thread on fl:1 (measure's probes are per thread too).
+def write_on_fl1(into):
+    torch.fl.set_device(1)
+    cache1 = torch.zeros(2, 8, device="fl:1")
+    row, at = torch.full((2, 1), 2.0, device="fl:1"), torch.tensor([3], device="fl:1")
+    def write1():
+        cache1.index_copy_(1, at, row)
+    write1()
+    write1()
+    into.update(measure(write1, 200))
+    into["value"] = cache1.cpu()[:, 3].tolist() == [2.0, 2.0]
+worker = threading.Thread(target=write_on_fl1, args=(result.setdefault("thread", {}),))
+worker.start()
+worker.join()
+print(json.dumps(result))
+"""
+
+
 @pytest.fixture(scope="module")
 def sdpa_probe():
     return _probe_result(_SDPA_PROBE)
@@ -189,3 +235,31 @@ def test_a_new_attention_signature_moves_both_probes(sdpa_probe):
 
 def test_decode_attention_on_a_second_thread_and_device_stays_off_the_interpreter(sdpa_probe):
     assert sdpa_probe["thread"] == {"gil": 0, "close": True}
+
+
+@pytest.fixture(scope="module")
+def decomposition_probe():
+    result = run_python(_DECOMPOSITION_PROBE)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_steady_state_index_copy_never_enters_python(decomposition_probe):
+    write = decomposition_probe["write"]
+    assert write["gil"] == 0 and write["python_kernel"] == 0, write
+    assert write["frames"] == 0, write["first_frames"]
+    assert decomposition_probe["cache"]
+    assert decomposition_probe["write_counted"] == {"generic": 3 * 16 * 20}
+
+
+def test_steady_state_arange_never_enters_python(decomposition_probe):
+    arange = decomposition_probe["arange"]
+    assert arange["chain_frames"] == [], arange
+    assert (arange["gil"], arange["python_kernel"], arange["frames"]) == (0, 0, 0), arange
+    assert decomposition_probe["arange_value"] == list(range(5, 12))
+
+
+def test_index_copy_from_a_second_thread_on_another_device_stays_off_the_interpreter(decomposition_probe):
+    thread = decomposition_probe["thread"]
+    assert thread["gil"] == 0 and thread["python_kernel"] == 0 and thread["frames"] == 0, thread
+    assert thread["value"]

@@ -16,6 +16,7 @@
 #include "device_allocator.h"
 #include "factory_kernels.h"
 #include "resize_kernel.h"
+#include "fallback_decompositions.h"
 #include "fast_path_switches.h"
 #include "host_copies.h"
 #include "program_table.h"
@@ -298,36 +299,23 @@ PyObject* set_kernel_epoch_py(PyObject*, PyObject* epoch) {
 
 PyObject* take_counts_py(PyObject*, PyObject*) {
   HANDLE_TH_ERRORS
-  PyObject* counts = PyDict_New();
-  if (counts == nullptr) {
-    return nullptr;
-  }
-  std::lock_guard<std::mutex> lock(g_kernels_lock);
-  bool failed = false;
-  for (EagerKernel* kernel : g_kernels) {
-    kernel->take_counts([&](const std::string& name, uint64_t calls) {
-      if (failed) {
-        return;
-      }
-      PyObject* before = PyDict_GetItemString(counts, name.c_str());      // borrowed
-      PyObject* total = PyLong_FromUnsignedLongLong(calls + (before ? PyLong_AsUnsignedLongLong(before) : 0));
-      failed = total == nullptr || PyDict_SetItemString(counts, name.c_str(), total) < 0;
-      Py_XDECREF(total);
-    });
-  }
-  if (failed) {
-    Py_DECREF(counts);
-    return nullptr;
-  }
-  return counts;
+  return counts_dict([](PyObject* counts) {
+    std::lock_guard<std::mutex> lock(g_kernels_lock);
+    bool failed = false;
+    for (EagerKernel* kernel : g_kernels) {
+      kernel->take_counts([&](const std::string& name, uint64_t calls) {
+        failed = failed || !add_count(counts, name, calls);
+      });
+    }
+    return !failed;
+  });
   END_HANDLE_TH_ERRORS
 }
 
 PyObject* eager_stats_py(PyObject*, PyObject*) {
   HANDLE_TH_ERRORS
-  uint64_t python_calls =
-      factory_python_calls() + resize_python_calls() + to_copy_python_calls() + local_scalar_python_calls() +
-      sdpa_python_calls();
+  uint64_t python_calls = factory_python_calls() + resize_python_calls() + to_copy_python_calls() +
+                          local_scalar_python_calls() + sdpa_python_calls() + decomposition_python_calls();
   {
     std::lock_guard<std::mutex> lock(g_kernels_lock);
     for (const EagerKernel* kernel : g_kernels) {
@@ -348,11 +336,27 @@ PyMethodDef g_methods[] = {
      "set_switch(bit, on): send every eager call to Python while a bit is set (fast_path_switches.h)"},
     {"set_kernel_epoch", set_kernel_epoch_py, METH_O, "set_kernel_epoch(n): the kernel tables changed"},
     {"take_counts", take_counts_py, METH_NOARGS, "take_counts() -> {op: calls served in C++ since the last take}"},
-    {"eager_stats", eager_stats_py, METH_NOARGS, "eager_stats() -> {'python_calls': calls the C++ kernels (eager, factories, resize_, _to_copy, .item(), sdpa) handed to Python}"},
+    {"eager_stats", eager_stats_py, METH_NOARGS, "eager_stats() -> {'python_calls': calls the C++ kernels (eager, factories, resize_, _to_copy, .item(), sdpa, fallback decompositions) handed to Python}"},
     {nullptr, nullptr, 0, nullptr},
 };
 
 } // namespace
+
+PyObject* counts_dict(const std::function<bool(PyObject*)>& fill) {
+  PyObject* counts = PyDict_New();
+  if (counts != nullptr && !fill(counts)) {
+    Py_CLEAR(counts);
+  }
+  return counts;
+}
+
+bool add_count(PyObject* counts, const std::string& name, uint64_t calls) {
+  PyObject* before = PyDict_GetItemString(counts, name.c_str());      // borrowed
+  PyObject* total = PyLong_FromUnsignedLongLong(calls + (before ? PyLong_AsUnsignedLongLong(before) : 0));
+  const bool added = total != nullptr && PyDict_SetItemString(counts, name.c_str(), total) == 0;
+  Py_XDECREF(total);
+  return added;
+}
 
 torch::Library& private_use1_library() {
   // Registrations live as long as this object: the process.

@@ -10,6 +10,7 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,12 @@ fl_stream default_stream(c10::DeviceIndex device) noexcept;
 // (host_copies.h), which have no launch program.  `name` must be registered already.
 using EagerShortcut = bool (*)(c10::ArrayRef<c10::IValue> arguments, torch::jit::Stack* stack);
 void set_eager_shortcut(const std::string& name, EagerShortcut shortcut);
+
+// A new {name: calls} dict (take_counts' answers) that `fill` fills with add_count; nullptr with
+// a Python error set when `fill` returns false.
+PyObject* counts_dict(const std::function<bool(PyObject*)>& fill);
+// counts[name] += calls in a {name: int} dict (take_counts' answers); false with a Python error set.
+bool add_count(PyObject* counts, const std::string& name, uint64_t calls);
 
 // The process's `aten` IMPL library for PrivateUse1, which every C++ kernel registers in.
 torch::Library& private_use1_library();

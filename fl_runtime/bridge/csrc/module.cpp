@@ -24,6 +24,7 @@
 #include "device_allocator.h"
 #include "device_guard.h"
 #include "eager_kernel.h"
+#include "fallback_decompositions.h"
 #include "factory_kernels.h"
 #include "resize_kernel.h"
 #include "generator.h"
@@ -187,7 +188,8 @@ PyMODINIT_FUNC PyInit__fl_bridge(void) {
                             PyModule_AddFunctions(module, fl_bridge::resize_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::to_copy_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::host_copy_methods()) < 0 ||
-                            PyModule_AddFunctions(module, fl_bridge::sdpa_methods()) < 0)) {
+                            PyModule_AddFunctions(module, fl_bridge::sdpa_methods()) < 0 ||
+                            PyModule_AddFunctions(module, fl_bridge::decomposition_methods()) < 0)) {
     Py_CLEAR(module);
   }
   return module;

@@ -124,7 +124,15 @@ class FallbackChain:
         # so a decision made by two threads at once is the same and the first one stays.
         self._feasible: dict[tuple, str | None] = {}   # key -> None (feasible) or the problem
         self._running = _Running()
+        # Ops whose PrivateUse1 kernel is the native bridge's C++ run of their generic kernel
+        # (bridge/csrc/fallback_decompositions.h): not native, though PyTorch lists a kernel.
+        self.cpp_generic: set[torch._ops.OpOverload] = set()
+        self._on_configure: list[Callable[[], None]] = []
         self.configure(enable_generic_kernel, enable_cpu_fallback)
+
+    def on_configure(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` whenever configure() forgets the decisions (the bridge's copy of them)."""
+        self._on_configure.append(listener)
 
     def configure(self, enable_generic_kernel: bool, enable_cpu_fallback: bool) -> None:
         """Set the two switches; forgets earlier decisions (and what it knew of the
@@ -133,6 +141,8 @@ class FallbackChain:
         self.enable_cpu = enable_cpu_fallback
         self._decisions.clear()
         self._feasible.clear()
+        for listener in self._on_configure:
+            listener()
 
     # -- running -----------------------------------------------------------------
     def run(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict, device_index: int):
@@ -298,6 +308,8 @@ class FallbackChain:
         # inner calls take their own paths.  CompositeExplicitAutogradNonFunctional
         # kernels (gelu, erfcx ...) call the op's out= overload, which does reach the chain,
         # and prims call back into aten: neither counts as native.
+        if func in self.cpp_generic:
+            return False
         qualified = func.name()
         if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "PrivateUse1"):
             return True
