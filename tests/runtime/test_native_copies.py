@@ -15,28 +15,14 @@ import torch
 from fl_runtime import bridge
 from fl_runtime.logs import logger
 from fl_runtime.ops import accounting
-from fl_runtime.ops.eager.launcher import NATIVE_CROSS_STREAM
 
 _needs_bridge = pytest.mark.skipif("not __import__('fl_runtime.bridge', fromlist=['x']).status().active",
                                    reason="the Python route: no C++ kernels to test")
 
 
 @pytest.fixture(autouse=True)
-def _default_stream_only(request):
-    """As in test_native_eager.py: cross-stream tracking, which an earlier test file may have
-    turned on for good and which sends every call to Python, is off for each test here."""
-    rt = request.getfixturevalue("fl").runtime()
-    native = rt.launcher.native
-    was = rt._cross_stream
-    rt.synchronize()
-    rt._cross_stream = False
-    if native is not None:
-        native.set_switch(NATIVE_CROSS_STREAM, False)
-    yield
-    rt.synchronize()
-    rt._cross_stream = was
-    if native is not None:
-        native.set_switch(NATIVE_CROSS_STREAM, was)
+def _default_stream_only(default_stream_only):
+    """As in test_native_eager.py: cross-stream tracking is off for each test here (conftest)."""
 
 
 def _inputs(device: str) -> dict:
