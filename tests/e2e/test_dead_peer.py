@@ -83,6 +83,7 @@ if __name__ == "__main__":
 
 NAMES_THE_PEER = re.compile(r"CollectiveError: .*all_reduce.*rank (\d) \(pid \d+\) died")
 NAMES_A_DEAD_PEER = re.compile(r"CollectiveError: .*rank (\d) \(pid \d+\) died")
+LIGHTNING_WATCHER = re.compile(r"\[rank: 1\] Child process with PID \d+ terminated with code -9")
 
 
 def test_ddp_rank_killed_mid_all_reduce_fails_the_other_naming_it():
@@ -104,9 +105,13 @@ def test_lightning_rank_killed_mid_all_reduce_fails_the_other_naming_it(tmp_path
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "NO ERROR" not in output, output[-3000:]
     # Lightning's own collectives (a barrier, a broadcast) may be the ones in flight when the
-    # peer dies on a loaded machine: any collective, naming the dead rank
+    # peer dies on a loaded machine: any collective, naming the dead rank.  Lightning's launcher
+    # also watches its children (every 5 s) and, seeing rank 1 killed, kills the job itself,
+    # naming the dead child: on a loaded machine that can come first, also a fast failure
+    # that names it.  (The plain DDP test above has no such watcher: the runtime's error only.)
     named = NAMES_A_DEAD_PEER.search(output)
-    assert named is not None and named.group(1) == "1", output[-3000:]
+    watcher = LIGHTNING_WATCHER.search(output)
+    assert (named is not None and named.group(1) == "1") or watcher is not None, output[-3000:]
     assert time.time() - float((tmp_path / "killed_at").read_text()) < 30, output[-3000:]
 
 
