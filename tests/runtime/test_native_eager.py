@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from fl_runtime import bridge
 from fl_runtime.ops import accounting
-from fl_runtime.ops.eager.launcher import NATIVE_CROSS_STREAM, NATIVE_DISABLED
+from fl_runtime.ops.eager.launcher import NATIVE_DISABLED
 
 pytestmark = pytest.mark.skipif("not __import__('fl_runtime.bridge', fromlist=['x']).status().active",
                                 reason="the Python route: no C++ kernels to test")
@@ -30,15 +30,8 @@ def _default_stream_only(request):
     if "fl" not in request.fixturenames:
         yield
         return
-    rt = request.getfixturevalue("fl").runtime()
-    was = rt._cross_stream
-    rt.synchronize()
-    rt._cross_stream = False
-    rt.launcher.native.set_switch(NATIVE_CROSS_STREAM, False)
+    request.getfixturevalue("default_stream_only")     # tests/conftest.py
     yield
-    rt.synchronize()
-    rt._cross_stream = was
-    rt.launcher.native.set_switch(NATIVE_CROSS_STREAM, was)
 
 
 def _native(fl):
