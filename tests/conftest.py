@@ -95,28 +95,6 @@ def fl():
     return torch_fl
 
 
-@pytest.fixture
-def default_stream_only(fl):
-    """Cross-stream write tracking off for one test, after a device-wide wait (no write is
-    pending on any stream), and as it was after it.  An earlier test file in this process may
-    have used a second stream, which turns tracking on for good and with it sends every call
-    to Python (bridge/csrc/fast_path_switches.h); tests of what C++ serves on the default
-    stream take this."""
-    from fl_runtime.ops.eager.launcher import NATIVE_CROSS_STREAM
-    rt = fl.runtime()
-    native = rt.launcher.native
-    was = rt._cross_stream
-    rt.synchronize()
-    rt._cross_stream = False
-    if native is not None:
-        native.set_switch(NATIVE_CROSS_STREAM, False)
-    yield
-    rt.synchronize()
-    rt._cross_stream = was
-    if native is not None:
-        native.set_switch(NATIVE_CROSS_STREAM, was)
-
-
 @pytest.fixture(scope="session")
 def build_plugin(tmp_path_factory):
     """build_plugin(source, *flags, output=None, include_dirs=None) -> the shared library compiled

@@ -102,6 +102,8 @@ def use_native_allocators(rt, module) -> None:
     rt.allocators = [NativeAllocator(d, rt._synchronizer(d.index), module, rt.streams) for d in rt.devices]
     memory_history.recorder.on_change = module.set_memory_history
     rt.launcher.use_native(module)     # the steady state of eager ops in C++ (csrc/eager_kernel.h)
+    from fl_runtime.devices.streams import Stream
+    Stream.native = module             # streams made from now on are the bridge's (csrc/stream_registry.h)
     from fl_runtime.ops.graph import graph_capture
     graph_capture.use_runtime(rt)      # torch.accelerator.Graph (csrc/graph.h)
 

@@ -9,12 +9,12 @@ the cache, the out-of-memory error), enforced in C++.
 
 Blocks are views: the C++ allocator owns a block's state (size, allocation stream, last
 writer, the other streams that used it) and these objects read and update it by address.
-The streams a live block was recorded on are kept alive here until it is freed, because the
-C++ side records events on their vendor handles when that happens.
+A stream recorded on a live block may be dropped before the block is freed: the bridge owns
+every stream made while it runs and, destroying one, drains it first and has the allocator
+forget it (csrc/stream_registry.h), so no event is ever recorded on a destroyed handle.
 """
 from __future__ import annotations
 
-import threading
 
 from fl_runtime.devices import storage as _storage
 from fl_runtime.devices.allocator import MemoryStats, round_size
@@ -116,8 +116,6 @@ class NativeAllocator:
         self._synchronize_device = synchronize_device
         self.stats = _NativeStats(bridge, self.index)
         self.live = _NativeLive(self)
-        self._kept: dict[int, object] = {}     # stream id -> Stream recorded on a live block
-        self._kept_lock = threading.Lock()
         self._alloc = bridge.alloc
         self._free = bridge.free
 
@@ -136,8 +134,6 @@ class NativeAllocator:
 
     # -- what the runtime asks ------------------------------------------------
     def record_stream(self, ptr: int, stream) -> None:
-        with self._kept_lock:      # kept before C++ can record an event on its handle
-            self._kept[stream.stream_id] = stream
         if not self.bridge.record_stream(self.index, ptr, stream.stream_id, stream.key):
             raise ValueError(f"record_stream: fl:{self.index} has no live allocation at {ptr:#x}; "
                              "the tensor's storage was not made by the Torch-FL allocator")
@@ -163,11 +159,6 @@ class NativeAllocator:
         release_held()
         release_remembered()
         _storage.collect_freed()
-        if self._kept:
-            in_use = set(self.bridge.streams_in_use(self.index))
-            with self._kept_lock:
-                for stream_id in [s for s in self._kept if s not in in_use]:
-                    del self._kept[stream_id]
 
     def cached_figures(self) -> tuple[int, int]:
         figures = self.bridge.figures(self.index)

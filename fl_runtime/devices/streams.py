@@ -34,6 +34,10 @@ class Stream(torch.Stream):
     resolve_device = None
     on_new_stream = None
     registry = None
+    # The native bridge's module, once installed (bridge/csrc/stream_registry.h): it then owns
+    # the streams made here, serves calls on them without Python and destroys each once this
+    # object and the last C++ call on it are gone.
+    native = None
 
     def __new__(cls, device=None, handle=None, stream_id: int | None = None, priority: int = 0):
         info = cls._info(device)
@@ -51,7 +55,9 @@ class Stream(torch.Stream):
                                 f"stream_create(device=fl:{device.index})")
             # Destroyed (after draining, per the ABI) when the last reference goes.
             # Blocks keep their stream alive, so a pool key never outlives its stream.
-            handle = ffi.gc(out[0], self._api.stream_destroy)
+            handle = ffi.gc(out[0], _destroyer(self._api, device.index, self.stream_id))
+            if Stream.native is not None and self.stream_id != DEFAULT_STREAM_ID:
+                Stream.native.remember_stream(device.index, self.stream_id, int(ffi.cast("uintptr_t", out[0])))
         self.handle = handle
         self._previous = threading.local()   # per thread: the streams `with self:` replaced
         self.key = int(ffi.cast("uintptr_t", handle))   # hashable identity for pools
@@ -116,6 +122,16 @@ class Stream(torch.Stream):
 
     def __repr__(self) -> str:
         return f"<fl Stream fl:{self.info.index} id={self.stream_id} {self.key:#x}>"
+
+
+def _destroyer(api, index: int, stream_id: int):
+    """A stream handle's finalizer: the bridge's release when it knows the stream (it destroys
+    it once no C++ call holds it), else stream_destroy."""
+    def destroy(handle) -> None:
+        native = Stream.native
+        if native is None or not native.release_stream(index, stream_id):
+            api.stream_destroy(handle)
+    return destroy
 
 
 class Event:

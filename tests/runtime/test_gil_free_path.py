@@ -9,8 +9,9 @@ Two independent probes, each shown to move when Python does run, so neither is v
   Python kernel's entry), with the C++ kernels' count of calls sent to Python (eager_stats);
 - sys.setprofile, which sees any Python frame, including kernels PyTorch itself calls from
   C++ (torch.library Python registrations), which the bridge's count cannot see.
-Each runs in a fresh process: an earlier test may have switched cross-stream tracking on,
-which sends every call to Python by design (fast_path_switches.h)."""
+Each runs in a fresh process, so that the default stream's calls are measured before any second
+stream switches cross-stream tracking on (then measured too: C++ orders those calls itself,
+stream_order.h)."""
 from __future__ import annotations
 
 import json
@@ -94,6 +95,14 @@ def drive(other):
             op()
     other["gil"] = native.python_entries() - before
 result["thread"] = in_thread(drive)
+# On a second stream, cross-stream tracking on (stream_order.h): the inputs were made on the
+# default stream, so most calls also wait for it (vendor events, no Python either).
+side = torch.fl.Stream(0)
+with torch.fl.stream(side):
+    for _ in range(5):
+        all_ops()
+    result["side_stream"] = measure(all_ops, 300)
+    result["side_value"] = (ones + 1).cpu().tolist() == [2.0] * 16
 print(json.dumps(result))
 """
 
@@ -131,6 +140,13 @@ def test_a_call_python_must_serve_moves_both_probes(probe):
 
 def test_a_second_thread_on_another_device_stays_off_the_interpreter(probe):
     assert probe["thread"]["gil"] == 0, probe["thread"]
+
+
+def test_steady_state_on_a_second_stream_never_enters_python(probe):
+    side = probe["side_stream"]
+    assert side["gil"] == 0 and side["python_kernel"] == 0, side
+    assert side["frames"] == 0, side["first_frames"]
+    assert probe["side_value"]
 
 
 # A static-cache decode step's attention (one query position, grouped heads, the cache's additive

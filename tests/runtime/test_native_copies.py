@@ -20,11 +20,6 @@ _needs_bridge = pytest.mark.skipif("not __import__('fl_runtime.bridge', fromlist
                                    reason="the Python route: no C++ kernels to test")
 
 
-@pytest.fixture(autouse=True)
-def _default_stream_only(default_stream_only):
-    """As in test_native_eager.py: cross-stream tracking is off for each test here (conftest)."""
-
-
 def _inputs(device: str) -> dict:
     g = torch.Generator().manual_seed(7)
     return {"x": torch.randn(16, generator=g).to(device), "m": torch.randn(4, 4, generator=g).to(device),
@@ -235,29 +230,34 @@ def test_a_hidden_copy_kernel_takes_the_host_route_with_the_same_values(fl):
 
 
 @_needs_bridge
-def test_a_second_stream_sends_copies_to_python(script):
-    """In a process of its own: once a second stream exists, every copy goes to Python, which
-    orders it after the writes on other streams."""
+def test_copies_after_a_second_stream_stay_in_cpp_and_wait_for_its_writes(script):
+    """In a process of its own (the first second stream switches tracking on): copies on the
+    device read what another stream wrote only once it is written (stream_order.h), in C++."""
     result = script("""
         import torch, torch_fl
         native = torch_fl.runtime().launcher.native
         x = torch.ones(1 << 16, device="fl:0")
         y = torch.empty(1 << 16, device="fl:0")
+        a = torch.randn(400, 400, device="fl:0")
+        m = torch.empty(400, 400, device="fl:0")
         for _ in range(2):
-            y.copy_(x); x.clone(); x.double()
+            y.copy_(x); x.clone(); x.double(); m.copy_(a @ a); (a @ a).double()
         before = native.eager_stats()["python_calls"]
         y.copy_(x); x.clone(); x.double()
         assert native.eager_stats()["python_calls"] == before, "steady copies in C++"
         side = torch.fl.Stream()
         with torch.fl.stream(side):
-            z = x * 3
+            z = x * 3; z = x * 3
+            p = a @ a; p = a @ a          # slow, on the side stream
         before = native.eager_stats()["python_calls"]
         y.copy_(z)
-        assert native.eager_stats()["python_calls"] == before + 1
-        w = z.double()
-        assert native.eager_stats()["python_calls"] >= before + 2
+        m.copy_(p)
+        w = p.double()
+        assert native.eager_stats()["python_calls"] == before, "copies after a second stream: C++"
+        expected = a.cpu() @ a.cpu()
         assert torch.equal(y.cpu(), torch.full((1 << 16,), 3.0))
-        assert torch.equal(w.cpu(), torch.full((1 << 16,), 3.0, dtype=torch.float64))
+        torch.testing.assert_close(m.cpu(), expected, rtol=1e-4, atol=1e-3)
+        torch.testing.assert_close(w.cpu(), expected.double(), rtol=1e-4, atol=1e-3)
         print("ok")
     """)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -20,20 +20,6 @@ pytestmark = pytest.mark.skipif("not __import__('fl_runtime.bridge', fromlist=['
                                 reason="the Python route: no C++ kernels to test")
 
 
-@pytest.fixture(autouse=True)
-def _default_stream_only(request):
-    """An earlier test file in this process may have used a second stream, which turns
-    cross-stream write tracking on for good, and with it sends every call to Python
-    (fast_path_switches.h).  These tests are about the default stream: tracking is off for
-    each one, after a device-wide wait (no write is pending on any stream), and back after it.
-    The cross-stream test itself runs in a fresh process."""
-    if "fl" not in request.fixturenames:
-        yield
-        return
-    request.getfixturevalue("default_stream_only")     # tests/conftest.py
-    yield
-
-
 def _native(fl):
     native = fl.runtime().launcher.native
     assert native is not None, f"the bridge serves no eager ops ({bridge.status()})"
@@ -209,25 +195,35 @@ def test_autocast_and_a_failed_call_take_the_python_path(fl):
     torch.testing.assert_close(result.float().cpu(), torch.full((8, 8), 8.0))
 
 
-def test_cross_stream_tracking_takes_the_python_path(script):
-    """In a process of its own: once a second stream exists, every call goes to Python,
-    which orders it after writes on other streams (runtime.order_after_writers)."""
+def test_calls_on_a_second_stream_and_after_it_stay_in_cpp_and_in_order(script):
+    """In a process of its own (the first second stream switches tracking on): once a second
+    stream exists, C++ serves calls on it and orders every call after writes on other streams
+    (stream_order.h), as runtime.order_after_writers does on the Python route."""
     result = script("""
         import torch, torch_fl
         rt = torch_fl.runtime()
         native = rt.launcher.native
+        calls = lambda: native.eager_stats()["python_calls"]
         x = torch.ones(1 << 16, device="fl:0")
-        y = x * 2; y = x * 2
-        before = native.eager_stats()["python_calls"]
+        a = torch.randn(500, 500, device="fl:0")
+        y = x * 2; y = x * 2; w = x + y; w = x + y; m = a @ a; m = a @ a; n = m + m; n = m + m
+        before = calls()
         y = x * 2
-        assert native.eager_stats()["python_calls"] == before
+        assert calls() == before
         side = torch.fl.Stream()
         with torch.fl.stream(side):
+            z = x * 3; z = x * 3
+            m = a @ a               # slow, on the side stream
+            before = calls()
             z = x * 3
-        before = native.eager_stats()["python_calls"]
-        w = z + y
-        assert native.eager_stats()["python_calls"] == before + 1
+            m = a @ a
+            assert calls() == before, "a second stream: C++"
+        before = calls()
+        w = z + y                   # the default stream reads what the side stream wrote
+        n = m + m
+        assert calls() == before, "tracking on: still C++"
         assert torch.equal(w.cpu(), torch.full((1 << 16,), 5.0))
+        torch.testing.assert_close(n.cpu(), 2 * (a.cpu() @ a.cpu()), rtol=1e-4, atol=1e-3)
         print("ok")
     """)
     assert result.returncode == 0, result.stderr[-3000:]

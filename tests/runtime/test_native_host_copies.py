@@ -14,7 +14,6 @@ import pytest
 import torch
 from conftest import run_python
 # Cross-stream tracking off for each test, as there (an autouse fixture, found by its name here).
-from test_native_copies import _default_stream_only  # noqa: F401
 
 from fl_runtime.ops.owned.copies import STAGE_BYTES
 
@@ -192,7 +191,7 @@ def test_steady_state_host_copies_never_enter_python(fl):
 
 
 @_needs_bridge
-def test_a_profile_and_a_second_stream_send_host_copies_to_python(script):
+def test_a_profile_sends_host_copies_to_python_and_a_second_stream_does_not(script):
     """In a process of its own (a second stream switches cross-stream tracking on for good)."""
     result = script("""
         import torch, torch_fl
@@ -208,16 +207,24 @@ def test_a_profile_and_a_second_stream_send_host_copies_to_python(script):
         with torch_fl.profile():
             x.cpu(); x[2].item(); x.copy_(host)
         assert calls() >= before + 3, "a profile times them in Python"
+        a = torch.randn(500, 500, device="fl:0")
+        expected = a.cpu() @ a.cpu()
         side = torch.fl.Stream()
         with torch.fl.stream(side):
             z = x * 3
+            for _ in range(2):
+                z.cpu(); z[2].item(); z.copy_(host)
+            z.copy_(host * 3)
             before = calls()
-            got = z.cpu()
-            assert calls() >= before + 1, "a second stream: the Python kernel"
-        assert torch.equal(got, torch.full((16,), 3.0))
+            got, item = z.cpu(), z[2].item()
+            assert calls() == before, "a second stream: served in C++ too"
+            w = a @ a                  # slow, queued on the side stream
         before = calls()
+        moved = w.cpu()                # the default stream waits for the side stream's write
+        assert calls() == before, "cross-stream tracking on: still C++"
+        assert torch.equal(got, torch.full((16,), 3.0)) and item == 3.0
+        assert torch.allclose(moved, expected, rtol=1e-4, atol=1e-3)
         assert x[2].item() == 1.0 and torch.equal(x.cpu(), host)
-        assert calls() >= before + 2, "cross-stream tracking on: the Python kernel"
         print("ok")
     """)
     assert result.returncode == 0, result.stderr[-3000:]

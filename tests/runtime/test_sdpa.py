@@ -124,7 +124,7 @@ def test_a_kernel_hidden_after_steady_calls_gives_the_math_path(fl, monkeypatch)
 
 @pytest.mark.skipif("not __import__('fl_runtime.bridge', fromlist=['x']).status().active",
                     reason="the Python route: no C++ kernel to leave")
-def test_a_python_mode_takes_the_python_kernel_with_the_same_values(fl, default_stream_only):
+def test_a_python_mode_takes_the_python_kernel_with_the_same_values(fl):
     """A TorchDispatchMode on the thread (as torch.compile's tracing sets): the C++ kernel hands
     the call to attention.py's, which gives the same output; without it C++ serves the call."""
     from torch.utils._python_dispatch import TorchDispatchMode

@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include "memory_history.h"
+#include "thread_state.h"
 #include "python_calls.h"
 
 namespace fl_bridge {
@@ -283,6 +284,52 @@ bool CachingAllocator::set_writer(uint64_t ptr, c10::StreamId writer) {
   }
   found->second->writer = writer;
   return true;
+}
+
+c10::StreamId CachingAllocator::use_block(uint64_t ptr, c10::StreamId stream, fl_stream handle, bool writes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = live_.find(ptr);
+  if (found == live_.end()) {
+    return -1;
+  }
+  Block* block = found->second;
+  const c10::StreamId writer = block->writer >= 0 ? block->writer : block->stream;
+  if (block->stream != stream &&
+      std::none_of(block->used_by.begin(), block->used_by.end(), [&](const auto& used) { return used.first == stream; })) {
+    block->used_by.emplace_back(stream, handle);
+  }
+  if (writes) {
+    block->writer = stream;
+  }
+  return writer == stream ? -1 : writer;
+}
+
+void CachingAllocator::forget_stream(c10::StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto rehome = [stream](Block* block) {
+    if (block->stream == stream) {
+      block->stream = kDefaultStreamId;
+    }
+    if (block->writer == stream) {
+      block->writer = -1;
+    }
+    auto& used = block->used_by;
+    used.erase(std::remove_if(used.begin(), used.end(), [&](const auto& u) { return u.first == stream; }), used.end());
+  };
+  for (auto& [ptr, block] : live_) {
+    rehome(block);
+  }
+  for (Waiting& waiting : waiting_) {
+    rehome(waiting.block);
+  }
+  for (auto it = pool_.lower_bound({stream, 0}); it != pool_.end() && it->first.first == stream;) {
+    auto& into = pool_[{kDefaultStreamId, it->first.second}];
+    for (Block* block : it->second) {
+      block->stream = kDefaultStreamId;
+      into.push_back(block);
+    }
+    it = pool_.erase(it);
+  }
 }
 
 const Block* CachingAllocator::overlapping(uint64_t ptr, uint64_t size) const {

@@ -86,6 +86,16 @@ class CachingAllocator {
   // The live block at `ptr` (its figures copied), or false.
   bool live_block(uint64_t ptr, Block& out) const;
   bool set_writer(uint64_t ptr, c10::StreamId writer);
+  // One use of the live block at `ptr` by work about to be enqueued on `stream` (the runtime's
+  // cross-stream order, stream_order.h): `stream` joins the block's users when the block is
+  // another stream's, and becomes its writer when the work `writes` it.  Returns the stream
+  // whose work on the block this work must wait for (its last writer, else its allocation
+  // stream) when that is another one; -1 when there is none or no live block starts at `ptr`.
+  c10::StreamId use_block(uint64_t ptr, c10::StreamId stream, fl_stream handle, bool writes);
+  // Stream `stream` has drained and is being destroyed (stream_registry.h): no event is recorded
+  // on it again, and its blocks (live, pooled, waiting) belong to the default stream from now on,
+  // whose FIFO order is then all they need.
+  void forget_stream(c10::StreamId stream);
   bool holds(uint64_t address) const;
 
   // Takes every cached block out of the pool; once the device has finished the work enqueued

@@ -21,6 +21,8 @@
 #include "host_copies.h"
 #include "program_table.h"
 #include "sdpa_kernel.h"
+#include "stream_order.h"
+#include "stream_registry.h"
 #include "python_calls.h"
 #include "python_kernel.h"
 #include "thread_state.h"
@@ -33,7 +35,6 @@ namespace {
 constexpr c10::DeviceType kFl = c10::DeviceType::PrivateUse1;
 
 PyObject* g_launch_failure = nullptr;
-std::vector<uintptr_t> g_default_streams;    // set once, before any kernel is registered
 
 // Scratch for one launch's fl_arg array: the plugin copies what it keeps before
 // launch_kernel returns (fl_abi.h), so each thread reuses its own.
@@ -79,7 +80,7 @@ class EagerKernel final : public c10::OperatorKernel {
   }
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-    const uint32_t off = switches();
+    const uint32_t off = python_switches();
     if (off != 0) {
       if (off & kHeldInputs) {
         take_held_inputs();      // the Python kernel releases them first thing
@@ -173,8 +174,9 @@ class EagerKernel final : public c10::OperatorKernel {
   bool run(const LaunchProgram& program, c10::ArrayRef<c10::IValue> arguments, size_t nargs,
            torch::jit::Stack* stack) {
     const c10::DeviceIndex device = program.device();
-    if (static_cast<size_t>(device) >= g_default_streams.size() || current_stream_id(device) != kDefaultStreamId) {
-      return false;       // another stream is current: the Python path (it knows that stream)
+    const StreamRef stream = current_stream_of(device);
+    if (!stream) {
+      return false;       // a stream the bridge does not know: the Python path names it
     }
     std::vector<at::Tensor> outs;
     outs.reserve(program.outputs().size());
@@ -191,7 +193,10 @@ class EagerKernel final : public c10::OperatorKernel {
     if (!program.fill(arena, arguments, outs)) {
       return false;
     }
-    const fl_status status = program.launch(reinterpret_cast<fl_stream>(g_default_streams[device]), arena);
+    if (cross_stream_tracking()) {
+      order_after_writers(device, stream, arguments, outs);
+    }
+    const fl_status status = program.launch(stream.handle(), arena);
     if (status != FL_SUCCESS) {
       outs.clear();               // nothing of this call stays allocated
       if (status == FL_ERROR_NOT_SUPPORTED) {
@@ -366,24 +371,17 @@ torch::Library& private_use1_library() {
 
 void configure_eager(PyObject* launch_failure, PyObject* default_streams) {
   TORCH_CHECK_TYPE(PyTuple_Check(default_streams), "configure_eager: default_streams is a tuple of ints");
-  std::vector<uintptr_t> streams;
+  std::vector<fl_stream> streams;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(default_streams); i++) {
     const unsigned long long handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(default_streams, i));
     if (handle == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
       throw_python_error();
     }
-    streams.push_back(static_cast<uintptr_t>(handle));
+    streams.push_back(reinterpret_cast<fl_stream>(static_cast<uintptr_t>(handle)));
   }
   Py_INCREF(launch_failure);
   Py_XSETREF(g_launch_failure, launch_failure);
-  g_default_streams = std::move(streams);
-}
-
-fl_stream default_stream(c10::DeviceIndex device) noexcept {
-  if (device < 0 || static_cast<size_t>(device) >= g_default_streams.size()) {
-    return nullptr;
-  }
-  return reinterpret_cast<fl_stream>(g_default_streams[device]);
+  set_default_streams(std::move(streams));
 }
 
 void set_eager_shortcut(const std::string& name, EagerShortcut shortcut) {

@@ -41,10 +41,6 @@ struct SizeReturn {
 void register_eager_op(const std::string& name, PyObject* kernel, PyObject* program_of,
                        std::vector<SizeReturn> sizes = {});
 
-// Device `device`'s default stream as configure_eager was given it, or nullptr for an index
-// it was not given.
-fl_stream default_stream(c10::DeviceIndex device) noexcept;
-
 // A C++ step the kernel of op `name` tries before its key and programs (after the switches, so
 // never while a profile, cross-stream tracking, held inputs, a capture or a fork's child sends
 // calls to Python): true means it served the call and left the op's result on the stack;

@@ -59,7 +59,7 @@ class FactoryKernel final : public c10::OperatorKernel {
     const auto arguments = torch::jit::last(*stack, nargs);
     const size_t tail = has_memory_format_ ? 1 : 2;       // the first keyword argument
     at::Tensor tensor;
-    if ((switches() & ~static_cast<uint32_t>(kCrossStream)) != 0 || !make(arguments, tail, tensor)) {
+    if (python_switches() != 0 || !make(arguments, tail, tensor)) {
       g_python_calls.fetch_add(1, std::memory_order_relaxed);
       return call_python_kernel(kernel_, op, stack);
     }

@@ -202,8 +202,9 @@ class DecompositionKernel final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const auto arguments = torch::jit::last(*stack, decomposition_.nargs);
     Call call;
-    if (switches() != 0 || strict() || !decomposition_.call_of(arguments, call) ||
-        call.device >= device_count() || current_stream_id(call.device) != kDefaultStreamId) {
+    // Any stream: the decomposition's calls are kernels that each order their own (stream_order.h).
+    if (python_switches() != 0 || strict() || !decomposition_.call_of(arguments, call) ||
+        call.device >= device_count()) {
       return python(op, stack);
     }
     const uint64_t key = FallbackDecisions::key(call.device, c10::ArrayRef<c10::ScalarType>(call.dtypes, call.ndtypes));

@@ -13,14 +13,18 @@ namespace fl_bridge {
 
 enum Switch : uint32_t {
   kHooked = 1u << 0,        // a profile or phase timing is installed (ops/accounting.py HOOKED)
-  kCrossStream = 1u << 1,   // writes are tracked per stream (runtime.order_after_writers)
+  kCrossStream = 1u << 1,   // writes are tracked per stream: C++ kernels order their calls (stream_order.h)
   kHeldInputs = 1u << 2,    // a failed call's inputs wait for the next op to release them
   kDisabled = 1u << 3,      // the C++ steady state is off (tests, TORCH_FL_BRIDGE_PROGRAMS=0)
   kCapturing = 1u << 4,     // a graph capture records launches (ops/graph/graph_capture.py)
 };
 
-// Non-zero: every call takes its Python kernel.
 uint32_t switches() noexcept;
+// Non-zero: every call takes its Python kernel.  kCrossStream is not among them: the C++ kernels
+// order their own work between streams (stream_order.h).
+inline uint32_t python_switches() noexcept {
+  return switches() & ~static_cast<uint32_t>(kCrossStream);
+}
 void set_switch(uint32_t bit, bool on) noexcept;
 // Clears kHeldInputs and returns whether it was set (the Python kernel then releases them).
 bool take_held_inputs() noexcept;

@@ -9,12 +9,15 @@
 #include "caching_allocator.h"
 #include "fast_path_switches.h"
 #include "pending_uploads.h"
+#include "stream_registry.h"
 
 namespace fl_bridge {
 namespace {
 
-// Upload holders first: no thread takes an allocator's mutex while it holds one of theirs.
+// Upload holders first: no thread takes an allocator's mutex while it holds one of theirs.  The
+// stream maps' mutexes are held alone (a lookup only), so their place in the order is free.
 void before_fork() {
+  lock_streams_for_fork();
   lock_uploads_for_fork();
   lock_allocators_for_fork();
 }
@@ -22,11 +25,13 @@ void before_fork() {
 void after_fork_in_parent() {
   unlock_allocators_after_fork();
   unlock_uploads_after_fork();
+  unlock_streams_after_fork();
 }
 
 void after_fork_in_child() {
   unlock_allocators_after_fork();
   unlock_uploads_after_fork();
+  unlock_streams_after_fork();
   set_switch(kDisabled, true);
 }
 

@@ -11,6 +11,8 @@
 
 #include "caching_allocator.h"
 #include "eager_kernel.h"
+#include "stream_order.h"
+#include "stream_registry.h"
 #include "fast_path_switches.h"
 #include "pending_uploads.h"
 #include "python_calls.h"
@@ -22,37 +24,21 @@ namespace {
 
 constexpr c10::DeviceType kFl = c10::DeviceType::PrivateUse1;
 
-PyObject* g_failure = nullptr;                 // copies.py _native_copy_failure(device, status, call)
 std::atomic<uint64_t> g_stage_bytes{0};        // copies.py STAGE_BYTES; 0 until configured
 std::atomic<bool> g_configured{false};
 std::atomic<uint64_t> g_scalar_python_calls{0};
-
-// What plugin.check raises for `failure` (VendorError with the plugin's message, read on this
-// thread: fl_abi.h ERRORS keeps it per thread until its next failing call).
-[[noreturn]] void raise_failure(c10::DeviceIndex device, const VendorFailure& failure) {
-  {
-    Gil gil;
-    PyObject* result = PyObject_CallFunction(g_failure, "iis", static_cast<int>(device),
-                                             static_cast<int>(failure.status), failure.call.c_str());
-    Py_XDECREF(result);
-    if (result == nullptr) {
-      throw_python_error();
-    }
-  }
-  TORCH_CHECK(false, failure.call, " failed with status ", static_cast<int>(failure.status));
-}
 
 std::string memcpy_call(const char* name, c10::DeviceIndex device, uint64_t nbytes) {
   return std::string(name) + "(fl:" + std::to_string(device) + ", " + std::to_string(nbytes) + " bytes)";
 }
 
-// The stream the Python route would use for `device` (rt.streams.current), when the C++ path
-// knows it: the default one; nullptr sends the copy to Python.
-fl_stream served_stream(c10::DeviceIndex device) {
+// The stream the Python route would use for `device` (rt.streams.current): the thread's
+// current one, when the bridge knows it; an empty ref sends the copy to Python.
+StreamRef served_stream(c10::DeviceIndex device) {
   if (!g_configured.load(std::memory_order_acquire) || device < 0 || device >= device_count()) {
-    return nullptr;
+    return StreamRef();
   }
-  return current_stream_id(device) == kDefaultStreamId ? default_stream(device) : nullptr;
+  return current_stream_of(device);
 }
 
 bool plain(const at::Tensor& t) {
@@ -77,18 +63,23 @@ uint64_t byte_offset(const at::Tensor& t) {
 // copies.py _raw_d2h: src's bytes into `host`, then the stream waited for.  False: not served.
 bool download(const at::Tensor& src, void* host, uint64_t nbytes) {
   const c10::DeviceIndex device = src.device().index();
-  const fl_stream stream = served_stream(device);
-  if (stream == nullptr) {
+  const StreamRef served = served_stream(device);
+  if (!served) {
     return false;
   }
+  if (cross_stream_tracking()) {        // copies.py _raw_d2h: after src's writers
+    const c10::IValue input(src);
+    order_after_writers(device, served, c10::ArrayRef<c10::IValue>(&input, 1), {});
+  }
+  const fl_stream stream = served.handle();
   const fl_api* api = allocator_of(device).vendor().api;
   fl_status status = api->memcpy_d2h_async(stream, host, device_address(src), byte_offset(src), nbytes);
   if (status != FL_SUCCESS) {
-    raise_failure(device, {status, memcpy_call("memcpy_d2h_async", device, nbytes)});
+    raise_vendor_failure(device, {status, memcpy_call("memcpy_d2h_async", device, nbytes)});
   }
   status = api->stream_synchronize(stream);
   if (status != FL_SUCCESS) {
-    raise_failure(device, {status, "stream_synchronize(fl:" + std::to_string(device) + ")"});
+    raise_vendor_failure(device, {status, "stream_synchronize(fl:" + std::to_string(device) + ")"});
   }
   return true;
 }
@@ -101,21 +92,25 @@ bool upload(const at::Tensor& dst, const at::Tensor& src) {
     return false;         // the Python route reads the caller's buffer and waits for the stream
   }
   const c10::DeviceIndex device = dst.device().index();
-  const fl_stream stream = served_stream(device);
-  if (stream == nullptr) {
+  const StreamRef served = served_stream(device);
+  if (!served) {
     return false;
   }
+  if (cross_stream_tracking()) {        // copies.py _raw_h2d: after dst's other writers
+    order_after_writers(device, served, {}, c10::ArrayRef<at::Tensor>(&dst, 1));
+  }
+  const fl_stream stream = served.handle();
   const VendorDevice& vendor = allocator_of(device).vendor();
   std::unique_ptr<unsigned char[]> stage(new unsigned char[nbytes]);
   std::memcpy(stage.get(), src.const_data_ptr(), nbytes);
   const fl_status status =
       vendor.api->memcpy_h2d_async(stream, device_address(dst), byte_offset(dst), stage.get(), nbytes);
   if (status != FL_SUCCESS) {
-    raise_failure(device, {status, memcpy_call("memcpy_h2d_async", device, nbytes)});
+    raise_vendor_failure(device, {status, memcpy_call("memcpy_h2d_async", device, nbytes)});
   }
   const VendorFailure failure = hold_upload(device, vendor, stream, std::move(stage), nbytes);
   if (failure.failed()) {
-    raise_failure(device, failure);
+    raise_vendor_failure(device, failure);
   }
   return true;
 }
@@ -153,7 +148,7 @@ class LocalScalarKernel final : public c10::OperatorKernel {
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const at::Tensor self = stack->back().toTensor();
-    if (switches() == 0 && self.device().type() == kFl && self.numel() == 1 && plain(self)) {
+    if (python_switches() == 0 && self.device().type() == kFl && self.numel() == 1 && plain(self)) {
       at::Tensor host = at::empty({}, self.options().device(c10::kCPU));
       if (download(self, host.mutable_data_ptr(), self.itemsize())) {
         c10::Scalar value = host.item();
@@ -183,8 +178,7 @@ PyObject* configure_host_copies_py(PyObject*, PyObject* const* args, Py_ssize_t 
   TORCH_CHECK_TYPE(nargs == 4, "configure_host_copies(stage_bytes, limit, limit_bytes, failure)");
   const uint64_t stage_bytes = as_u64(args[0]);
   configure_pending_uploads(device_count(), UploadLimits{as_u64(args[1]), as_u64(args[2])});
-  Py_INCREF(args[3]);
-  Py_XSETREF(g_failure, args[3]);
+  set_vendor_failure_handler(args[3]);
   g_stage_bytes.store(stage_bytes, std::memory_order_relaxed);
   g_configured.store(true, std::memory_order_release);
   set_eager_shortcut("copy_", &copy_shortcut);

@@ -23,16 +23,9 @@
 #include <c10/core/Device.h>
 
 #include "vendor_api.h"
+#include "vendor_failure.h"
 
 namespace fl_bridge {
-
-// A vendor call that failed: raised by the caller (through the runtime's plugin.check) once no
-// lock is held.  status FL_SUCCESS: nothing failed.
-struct VendorFailure {
-  fl_status status = FL_SUCCESS;
-  std::string call;
-  bool failed() const noexcept { return status != FL_SUCCESS; }
-};
 
 struct UploadLimits {
   uint64_t copies = 256;

@@ -53,7 +53,7 @@ class ResizeKernel final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const size_t nargs = op.schema().arguments().size();
     const auto arguments = torch::jit::last(*stack, nargs);
-    if ((switches() & ~static_cast<uint32_t>(kCrossStream)) != 0 || !served(arguments)) {
+    if (python_switches() != 0 || !served(arguments)) {
       g_python_calls.fetch_add(1, std::memory_order_relaxed);
       return call_python_kernel(kernel_, op, stack);
     }

@@ -28,7 +28,7 @@ class ToCopyKernel final : public c10::OperatorKernel {
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const auto arguments = torch::jit::last(*stack, kArgs);
-    if (switches() != 0 || !served(arguments)) {
+    if (python_switches() != 0 || !served(arguments)) {
       g_python_calls.fetch_add(1, std::memory_order_relaxed);
       return call_python_kernel(kernel_, op, stack);
     }

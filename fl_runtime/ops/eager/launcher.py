@@ -155,7 +155,7 @@ class Launcher:
 
     def note_cross_stream(self) -> None:
         """Writes are tracked per stream from now on (runtime.order_after_writers): the
-        C++ kernels send every call here, which does that."""
+        C++ kernels do the same for the calls they serve (bridge/csrc/stream_order.h)."""
         if self.native is not None:
             self.native.set_switch(NATIVE_CROSS_STREAM, True)
 

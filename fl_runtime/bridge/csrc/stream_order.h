@@ -1,0 +1,28 @@
+// The order between streams of the calls the bridge serves itself: the C++ twin of
+// runtime.order_after_writers (fl_runtime/runtime.py; docs/users/devices.md "Streams and events").  Once
+// a second stream exists the runtime tracks, per block, the stream that last wrote it and
+// the streams that used it (caching_allocator.h Block); work enqueued on a stream that
+// touches a block another stream wrote first waits for that stream's work so far (an event
+// recorded there), so a kernel or copy never reads a value still being written elsewhere.
+// Until then (fast_path_switches.h kCrossStream off) there is nothing to do.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/ArrayRef.h>
+
+#include "stream_registry.h"
+
+namespace fl_bridge {
+
+// Whether writes are tracked per stream (the runtime's note_cross_stream has been heard).
+bool cross_stream_tracking() noexcept;
+
+// Before work on `stream` of `device` that reads the fl tensors in `inputs` (tensors and
+// tensor lists; other devices' and the host's are skipped) and writes `outputs`: waits for
+// the other streams that wrote them, records `stream` as their user and as the outputs'
+// writer.  A failed vendor call raises the runtime's VendorError (vendor_failure.h).
+void order_after_writers(c10::DeviceIndex device, const StreamRef& stream, c10::ArrayRef<c10::IValue> inputs,
+                         c10::ArrayRef<at::Tensor> outputs);
+
+}  // namespace fl_bridge
