@@ -103,6 +103,18 @@ with torch.fl.stream(side):
         all_ops()
     result["side_stream"] = measure(all_ops, 300)
     result["side_value"] = (ones + 1).cpu().tolist() == [2.0] * 16
+    # A training step: the autograd engine's thread makes the forward's stream current for each
+    # node (the device guard's exchangeStream), which the bridge holds in C++ (stream_registry.h).
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to("fl:0")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.randn(2, 8).to("fl:0")
+    def train_step():
+        opt.zero_grad(set_to_none=True)
+        model(data).square().sum().backward()
+        opt.step()
+    for _ in range(5):
+        train_step()
+    result["side_training"] = measure(train_step, 20)
 print(json.dumps(result))
 """
 
@@ -147,6 +159,12 @@ def test_steady_state_on_a_second_stream_never_enters_python(probe):
     assert side["gil"] == 0 and side["python_kernel"] == 0, side
     assert side["frames"] == 0, side["first_frames"]
     assert probe["side_value"]
+
+
+def test_training_steps_on_a_second_stream_never_enter_python(probe):
+    # The profile probe sees this thread only; the bridge's count sees the engine's threads too.
+    side = probe["side_training"]
+    assert side["gil"] == 0 and side["python_kernel"] == 0, side
 
 
 # A static-cache decode step's attention (one query position, grouped heads, the cache's additive

@@ -1,9 +1,12 @@
 #include "device_guard.h"
 
+#include <atomic>
+
 #include <torch/csrc/Dtype.h>
 
 #include "device_allocator.h"
 #include "python_calls.h"
+#include "stream_registry.h"
 #include "thread_state.h"
 
 namespace fl_bridge {
@@ -75,10 +78,17 @@ c10::Stream DeviceGuard::getNewStream(c10::Device device, int priority) const {
 
 c10::Stream DeviceGuard::exchangeStream(c10::Stream stream) const {
   const auto index = index_of(stream.device());
-  const c10::StreamId previous = exchange_stream_id(index, stream.id());
-  if (stream.id() != kDefaultStreamId && stream.id() != previous) {
-    // the runtime keeps a stream made current alive, and starts ordering across streams
+  bool known = false;
+  const c10::StreamId previous = make_current(index, stream.id(), &known);
+  // The runtime hears of it when the bridge does not know the stream (Python looks it up and
+  // raises for an unknown one), and once at all, so its own launches stop assuming the default
+  // stream (StreamRegistry.any_current); a known stream is held here while current
+  // (stream_registry.h make_current), so the autograd engine's stream switches stay in C++.
+  static std::atomic<bool> told{false};
+  if (stream.id() != kDefaultStreamId && stream.id() != previous &&
+      (!known || !told.load(std::memory_order_acquire))) {
     call_void("stream_made_current", "(iL)", static_cast<int>(index), static_cast<long long>(stream.id()));
+    told.store(true, std::memory_order_release);
   }
   return stream_on(index, previous);
 }

@@ -116,7 +116,7 @@ PyObject* set_current_stream_py(PyObject*, PyObject* const* args, Py_ssize_t nar
   if (id == -1 && PyErr_Occurred()) {
     return nullptr;
   }
-  return PyLong_FromLongLong(exchange_stream_id(device, id));
+  return PyLong_FromLongLong(make_current(device, id));
   END_HANDLE_TH_ERRORS
 }
 

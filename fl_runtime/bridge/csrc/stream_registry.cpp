@@ -51,6 +51,33 @@ DeviceStreams* streams_of(c10::DeviceIndex device) noexcept {
   return (*g_devices)[device];
 }
 
+// The calling thread's current non-default stream of each device, held while current.  A
+// thread that ends at process exit lets go without destroying (the plugin may be gone by then).
+class HeldStreams {
+ public:
+  ~HeldStreams() {
+    if (interpreter_gone()) {
+      for (StreamRef& ref : refs_) {
+        new StreamRef(std::move(ref));        // leaked on purpose, as the allocators are
+      }
+    }
+  }
+  const StreamRef* find(c10::DeviceIndex device) const noexcept {
+    return static_cast<size_t>(device) < refs_.size() ? &refs_[device] : nullptr;
+  }
+  void hold(c10::DeviceIndex device, StreamRef ref) {
+    if (static_cast<size_t>(device) >= refs_.size()) {
+      refs_.resize(static_cast<size_t>(device) + 1);
+    }
+    refs_[device] = std::move(ref);          // the one it replaces may be destroyed here
+  }
+
+ private:
+  std::vector<StreamRef> refs_;
+};
+
+thread_local HeldStreams t_held;
+
 int64_t as_int(PyObject* value) {
   const long long out = PyLong_AsLongLong(value);
   if (out == -1 && PyErr_Occurred()) {
@@ -134,7 +161,23 @@ StreamRef stream_of(c10::DeviceIndex device, c10::StreamId id) {
 }
 
 StreamRef current_stream_of(c10::DeviceIndex device) {
-  return stream_of(device, current_stream_id(device));
+  const c10::StreamId id = current_stream_id(device);
+  if (id == kDefaultStreamId) {
+    return StreamRef(id, default_stream(device));
+  }
+  const StreamRef* held = t_held.find(device);
+  return held != nullptr && held->id() == id ? *held : stream_of(device, id);
+}
+
+c10::StreamId make_current(c10::DeviceIndex device, c10::StreamId id, bool* known) {
+  device = resolve(device);
+  StreamRef ref = id == kDefaultStreamId ? StreamRef() : stream_of(device, id);
+  if (known != nullptr) {
+    *known = id == kDefaultStreamId || static_cast<bool>(ref);
+  }
+  const c10::StreamId previous = exchange_stream_id(device, id);
+  t_held.hold(device, std::move(ref));
+  return previous;
 }
 
 bool remember_stream(c10::DeviceIndex device, c10::StreamId id, fl_stream handle) {

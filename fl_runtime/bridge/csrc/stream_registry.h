@@ -55,6 +55,12 @@ fl_stream default_stream(c10::DeviceIndex device) noexcept;
 StreamRef stream_of(c10::DeviceIndex device, c10::StreamId id);
 // The calling thread's current stream of `device` (thread_state.h).
 StreamRef current_stream_of(c10::DeviceIndex device);
+// Makes stream `id` current for `device` (-1: the current device) on the calling thread, as
+// thread_state.h exchange_stream_id, and holds it while it is current, as the runtime's
+// registry holds a stream made current (StreamRegistry.keep_current): one Python dropped
+// meanwhile is destroyed once no thread has it current.  Returns the id it replaced; `known`
+// (if given) says whether the bridge knows stream `id`.
+c10::StreamId make_current(c10::DeviceIndex device, c10::StreamId id, bool* known = nullptr);
 
 // Python made stream `id` of `device`: the bridge destroys it once released.  False (nothing
 // remembered) before the device allocators are installed, which a destroyed stream is told of.
