@@ -166,3 +166,30 @@ def test_streams_made_and_dropped_by_many_threads_leave_none_behind(fl):
         thread.join()
     assert not errors, errors
     assert _known_streams(fl) == known
+
+
+def test_a_stream_waits_once_per_write_of_a_block(fl):
+    """Reading a block another stream wrote waits for that stream once; later reads of the same
+    write need no new wait, and the next write needs one again (stream_order.h)."""
+    native = _native(fl)
+    waits = lambda: native.eager_stats()["stream_waits"]     # noqa: E731
+    a = torch.randn(400, 400, device="fl:0")
+    t = torch.empty(400, 400, device="fl:0")
+    side = torch.fl.Stream(0)
+    for _ in range(2):
+        torch.mm(a, a, out=t)
+        with torch.fl.stream(side):
+            t * 2, t + 1
+    expected = a.cpu() @ a.cpu()
+    for scale in (1.0, 2.0, 3.0):
+        torch.mm(a * scale, a, out=t)          # the default stream writes t (slow)
+        before, calls = waits(), _python_calls(fl)
+        with torch.fl.stream(side):
+            first = t * 2
+            for _ in range(20):
+                again = t + 1
+        assert _python_calls(fl) == calls, "served in C++"
+        assert waits() == before + 1, "one wait per write"
+        side.synchronize()
+        torch.testing.assert_close(first.cpu(), 2 * scale * expected, rtol=1e-4, atol=1e-2)
+        torch.testing.assert_close(again.cpu(), scale * expected + 1, rtol=1e-4, atol=1e-2)

@@ -228,6 +228,7 @@ bool CachingAllocator::free_address(uint64_t ptr) noexcept {
 void CachingAllocator::to_pool(Block* block) {
   block->writer = -1;
   block->used_by.clear();
+  block->caught_up.clear();
   pool_[{block->stream, block->size}].push_back(block);
 }
 
@@ -283,6 +284,7 @@ bool CachingAllocator::set_writer(uint64_t ptr, c10::StreamId writer) {
     return false;
   }
   found->second->writer = writer;
+  found->second->caught_up.clear();
   return true;
 }
 
@@ -294,14 +296,30 @@ c10::StreamId CachingAllocator::use_block(uint64_t ptr, c10::StreamId stream, fl
   }
   Block* block = found->second;
   const c10::StreamId writer = block->writer >= 0 ? block->writer : block->stream;
+  const auto& caught = block->caught_up;
+  const bool wait = writer != stream && std::find(caught.begin(), caught.end(), stream) == caught.end();
   if (block->stream != stream &&
       std::none_of(block->used_by.begin(), block->used_by.end(), [&](const auto& used) { return used.first == stream; })) {
     block->used_by.emplace_back(stream, handle);
   }
   if (writes) {
     block->writer = stream;
+    block->caught_up.clear();
   }
-  return writer == stream ? -1 : writer;
+  return wait ? writer : -1;
+}
+
+void CachingAllocator::caught_up(uint64_t ptr, c10::StreamId stream, c10::StreamId writer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = live_.find(ptr);
+  if (found == live_.end()) {
+    return;
+  }
+  Block* block = found->second;
+  if ((block->writer >= 0 ? block->writer : block->stream) == writer && block->writer != stream &&
+      std::find(block->caught_up.begin(), block->caught_up.end(), stream) == block->caught_up.end()) {
+    block->caught_up.push_back(stream);
+  }
 }
 
 void CachingAllocator::forget_stream(c10::StreamId stream) {
@@ -312,9 +330,12 @@ void CachingAllocator::forget_stream(c10::StreamId stream) {
     }
     if (block->writer == stream) {
       block->writer = -1;
+      block->caught_up.clear();
     }
     auto& used = block->used_by;
     used.erase(std::remove_if(used.begin(), used.end(), [&](const auto& u) { return u.first == stream; }), used.end());
+    auto& caught = block->caught_up;
+    caught.erase(std::remove(caught.begin(), caught.end(), stream), caught.end());
   };
   for (auto& [ptr, block] : live_) {
     rehome(block);

@@ -43,6 +43,7 @@ struct Block {
   c10::StreamId stream = 0;                    // allocated for (the pool key)
   c10::StreamId writer = -1;                   // last writing stream, -1: none (runtime.py)
   std::vector<std::pair<c10::StreamId, fl_stream>> used_by;   // other streams that used it
+  std::vector<c10::StreamId> caught_up;       // streams that waited for the last write (stream_order.h)
   c10::DeviceIndex device = 0;
   bool live = false;
   bool fresh = false;                          // just taken from the vendor (memory history)
@@ -90,8 +91,12 @@ class CachingAllocator {
   // cross-stream order, stream_order.h): `stream` joins the block's users when the block is
   // another stream's, and becomes its writer when the work `writes` it.  Returns the stream
   // whose work on the block this work must wait for (its last writer, else its allocation
-  // stream) when that is another one; -1 when there is none or no live block starts at `ptr`.
+  // stream) when that is another one that `stream` has not caught up with since its last
+  // write; -1 when there is none or no live block starts at `ptr`.
   c10::StreamId use_block(uint64_t ptr, c10::StreamId stream, fl_stream handle, bool writes);
+  // `stream` has waited for `writer`'s work: the block at `ptr` needs no new wait from it until
+  // the next write (ignored if another write came in between).
+  void caught_up(uint64_t ptr, c10::StreamId stream, c10::StreamId writer);
   // Stream `stream` has drained and is being destroyed (stream_registry.h): no event is recorded
   // on it again, and its blocks (live, pooled, waiting) belong to the default stream from now on,
   // whose FIFO order is then all they need.

@@ -327,7 +327,8 @@ PyObject* eager_stats_py(PyObject*, PyObject*) {
       python_calls += kernel->python_calls();
     }
   }
-  return Py_BuildValue("{sK}", "python_calls", static_cast<unsigned long long>(python_calls));
+  return Py_BuildValue("{sKsK}", "python_calls", static_cast<unsigned long long>(python_calls), "stream_waits",
+                       static_cast<unsigned long long>(stream_waits()));
   END_HANDLE_TH_ERRORS
 }
 
@@ -341,7 +342,7 @@ PyMethodDef g_methods[] = {
      "set_switch(bit, on): send every eager call to Python while a bit is set (fast_path_switches.h)"},
     {"set_kernel_epoch", set_kernel_epoch_py, METH_O, "set_kernel_epoch(n): the kernel tables changed"},
     {"take_counts", take_counts_py, METH_NOARGS, "take_counts() -> {op: calls served in C++ since the last take}"},
-    {"eager_stats", eager_stats_py, METH_NOARGS, "eager_stats() -> {'python_calls': calls the C++ kernels (eager, factories, resize_, _to_copy, .item(), sdpa, fallback decompositions) handed to Python}"},
+    {"eager_stats", eager_stats_py, METH_NOARGS, "eager_stats() -> {'python_calls': calls the C++ kernels (eager, factories, resize_, _to_copy, .item(), sdpa, fallback decompositions) handed to Python, 'stream_waits': waits for another stream's writes they enqueued}"},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -1,6 +1,7 @@
 #include "stream_order.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include <c10/util/SmallVector.h>
@@ -14,9 +15,12 @@ namespace {
 
 constexpr c10::DeviceType kFl = c10::DeviceType::PrivateUse1;
 
-using Writers = c10::SmallVector<c10::StreamId, 4>;
+// The blocks this call must wait for, each with the stream that wrote it.
+using Waits = c10::SmallVector<std::pair<uint64_t, c10::StreamId>, 4>;
 
-void use(CachingAllocator& allocator, const StreamRef& stream, const at::Tensor& t, bool writes, Writers& writers) {
+std::atomic<uint64_t> g_waits{0};
+
+void use(CachingAllocator& allocator, const StreamRef& stream, const at::Tensor& t, bool writes, Waits& waits) {
   if (!t.defined() || t.device().type() != kFl || t.device().index() != allocator.device() || !t.has_storage()) {
     return;
   }
@@ -25,22 +29,22 @@ void use(CachingAllocator& allocator, const StreamRef& stream, const at::Tensor&
     return;
   }
   const c10::StreamId writer = allocator.use_block(base, stream.id(), stream.handle(), writes);
-  if (writer >= 0 && std::find(writers.begin(), writers.end(), writer) == writers.end()) {
-    writers.push_back(writer);
+  if (writer >= 0) {
+    waits.emplace_back(base, writer);
   }
 }
 
-void use_value(CachingAllocator& allocator, const StreamRef& stream, const c10::IValue& value, Writers& writers) {
+void use_value(CachingAllocator& allocator, const StreamRef& stream, const c10::IValue& value, Waits& waits) {
   if (value.isTensor()) {
-    use(allocator, stream, value.toTensor(), false, writers);
+    use(allocator, stream, value.toTensor(), false, waits);
   } else if (value.isTensorList()) {
     for (const at::Tensor& t : value.toTensorVector()) {
-      use(allocator, stream, t, false, writers);
+      use(allocator, stream, t, false, waits);
     }
   } else if (value.isList()) {          // Tensor?[] (index lists)
     for (const c10::IValue& item : value.toListRef()) {
       if (item.isTensor()) {
-        use(allocator, stream, item.toTensor(), false, writers);
+        use(allocator, stream, item.toTensor(), false, waits);
       }
     }
   }
@@ -62,10 +66,17 @@ VendorFailure wait_for(const VendorDevice& vendor, const StreamRef& stream, cons
     failure = {status, "stream_wait_event"};
   }
   api->event_destroy(event);        // a wait enqueued on it needs the record only (fl_abi.h)
+  if (!failure.failed()) {
+    g_waits.fetch_add(1, std::memory_order_relaxed);
+  }
   return failure;
 }
 
 }  // namespace
+
+uint64_t stream_waits() noexcept {
+  return g_waits.load(std::memory_order_relaxed);
+}
 
 bool cross_stream_tracking() noexcept {
   return (switches() & kCrossStream) != 0;
@@ -74,22 +85,25 @@ bool cross_stream_tracking() noexcept {
 void order_after_writers(c10::DeviceIndex device, const StreamRef& stream, c10::ArrayRef<c10::IValue> inputs,
                          c10::ArrayRef<at::Tensor> outputs) {
   CachingAllocator& allocator = allocator_of(device);
-  Writers writers;
+  Waits waits;
   for (const c10::IValue& value : inputs) {
-    use_value(allocator, stream, value, writers);
+    use_value(allocator, stream, value, waits);
   }
   for (const at::Tensor& t : outputs) {
-    use(allocator, stream, t, true, writers);
+    use(allocator, stream, t, true, waits);
   }
-  for (const c10::StreamId id : writers) {
-    const StreamRef writer = stream_of(device, id);
-    if (!writer) {
-      continue;          // destroyed, so drained (stream_registry.h): nothing left to wait for
+  c10::SmallVector<c10::StreamId, 4> waited;
+  for (const auto& [base, id] : waits) {
+    if (std::find(waited.begin(), waited.end(), id) == waited.end()) {
+      const StreamRef writer = stream_of(device, id);
+      // A destroyed writer has drained (stream_registry.h): nothing left to wait for.
+      const VendorFailure failure = writer ? wait_for(allocator.vendor(), stream, writer) : VendorFailure{};
+      if (failure.failed()) {
+        raise_vendor_failure(device, failure);
+      }
+      waited.push_back(id);
     }
-    const VendorFailure failure = wait_for(allocator.vendor(), stream, writer);
-    if (failure.failed()) {
-      raise_vendor_failure(device, failure);
-    }
+    allocator.caught_up(base, stream.id(), id);     // no new wait for it until its next write
   }
 }
 

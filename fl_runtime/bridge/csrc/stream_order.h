@@ -4,7 +4,9 @@
 // the streams that used it (caching_allocator.h Block); work enqueued on a stream that
 // touches a block another stream wrote first waits for that stream's work so far (an event
 // recorded there), so a kernel or copy never reads a value still being written elsewhere.
-// Until then (fast_path_switches.h kCrossStream off) there is nothing to do.
+// Once per write: a stream that has waited for a block's last write does not wait for it again
+// until the next one (the Python route waits on every call; the results are the same).
+// Until a second stream exists (fast_path_switches.h kCrossStream off) there is nothing to do.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -24,5 +26,8 @@ bool cross_stream_tracking() noexcept;
 // writer.  A failed vendor call raises the runtime's VendorError (vendor_failure.h).
 void order_after_writers(c10::DeviceIndex device, const StreamRef& stream, c10::ArrayRef<c10::IValue> inputs,
                          c10::ArrayRef<at::Tensor> outputs);
+
+// Waits enqueued so far (eager_stats' stream_waits).
+uint64_t stream_waits() noexcept;
 
 }  // namespace fl_bridge
