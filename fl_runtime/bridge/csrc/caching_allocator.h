@@ -71,7 +71,8 @@ struct BlockView {
   int state;                                   // 0 cached, 1 live, 2 freed (waiting for streams)
 };
 
-class CachingAllocator {
+// Cache-line aligned, so two devices' allocators (each under its own mutex) share no line.
+class alignas(64) CachingAllocator {
  public:
   CachingAllocator(c10::DeviceIndex device, VendorDevice vendor, int64_t limit);
 

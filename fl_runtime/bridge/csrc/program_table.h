@@ -22,7 +22,9 @@ namespace fl_bridge {
 
 // One signature: its program, or none (the Python kernel serves it; asked again after
 // 1, 2, 4, 8 ... more calls, so a signature that gets a program later is picked up).
-struct ProgramEntry {
+// Cache-line aligned: threads driving different devices hit different entries of one op, and
+// each call bumps its entry's count.
+struct alignas(64) ProgramEntry {
   std::string key;
   size_t hash;
   std::unique_ptr<const LaunchProgram> program;
