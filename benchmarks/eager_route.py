@@ -7,7 +7,10 @@ repeated call signature without Python (docs/users/native-bridge.md "Eager ops")
 Python route (TORCH_FL_BRIDGE=0, in a child process: the route is fixed at start-up).  The
 rows: tiny ops (`x + 1` on 16 floats, `x.add_(1)`, an 8x8 mm, relu, sum, a view), host copies
 (`.item()`, `.cpu()` and an upload of 16 floats; a clone of 16 floats on the CPU), a batch-1
-MLP training step (~40 ops), and two threads each driving its own device against one thread.
+MLP training step (~40 ops), two threads each driving its own device against one thread (a
+Python loop, and a TorchScript loop, which runs without the GIL; native: two threads on the CPU), and
+last a few rows run on a second stream with inputs made on the default one (cross-stream write
+tracking on; their CPU column is the default-stream row's, as the CPU has no streams).
 Rounds alternate between the columns (the machine is shared: `uptime` is printed), each
 keeping its best; the figures are microseconds per op (per step for the MLP).
 `--plugin null` runs the fl columns on the null plugin (benchmarks/null_plugin.py: launches
@@ -24,6 +27,7 @@ import threading
 import time
 
 CHILD = "--child"
+SECOND = " (second stream)"
 
 
 def _ops(device: str) -> dict:
@@ -110,6 +114,61 @@ def _threads_us(devices: list[str], calls: int, in_place: bool) -> float:
     return (max(done) - start) / (calls * len(devices)) * 1e6
 
 
+def _script_loops():
+    """TorchScript loops of tiny ops: calling one releases the GIL until it returns, so two
+    threads running them measure the op path itself (the C++ kernels take no global lock),
+    where the Python loop of _threads_us measures the interpreter's lock as much."""
+    import torch
+
+    def add_inplace(x: torch.Tensor, n: int) -> torch.Tensor:
+        for _ in range(n):
+            x.add_(1)
+        return x
+
+    def add_chain(x: torch.Tensor, n: int) -> torch.Tensor:
+        for _ in range(n):
+            x = x + 1            # each result feeds the next: nothing for the JIT to drop
+        return x
+    return {"x.add_(1)": torch.jit.script(add_inplace), "x = x + 1": torch.jit.script(add_chain)}
+
+
+def _script_threads_us(devices: list[str], calls: int, loop) -> float:
+    """Wall time per op of `len(devices)` threads, each running `loop` on its own device."""
+    import torch
+    xs = [torch.ones(16, device=d) for d in devices]
+    for x in xs:
+        loop(x, 50)
+    ready = threading.Barrier(len(devices) + 1)
+
+    def drive(device: str, x) -> None:
+        if device.startswith("fl"):
+            torch.fl.set_device(int(device.split(":")[1]))
+        ready.wait()
+        loop(x, calls)
+        _sync(device)
+    threads = [threading.Thread(target=drive, args=(d, x)) for d, x in zip(devices, xs)]
+    for t in threads:
+        t.start()
+    ready.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    return (time.perf_counter() - start) / (calls * len(devices)) * 1e6
+
+
+def _thread_rows(fl: bool, calls: int) -> dict:
+    """1 thread against 2 threads (on 2 devices for fl; the CPU twice for native)."""
+    one, two = (["fl:0"], ["fl:0", "fl:1"]) if fl else (["cpu"], ["cpu", "cpu"])
+    figures = {}
+    for name, in_place in (("x + 1", False), ("x.add_(1)", True)):
+        figures[f"{name}, 1 thread"] = _threads_us(one, calls, in_place)
+        figures[f"{name}, 2 threads"] = _threads_us(two, calls, in_place)
+    for name, loop in _script_loops().items():
+        figures[f"{name}, TorchScript, 1 thread"] = _script_threads_us(one, calls * 5, loop)
+        figures[f"{name}, TorchScript, 2 threads"] = _script_threads_us(two, calls * 5, loop)
+    return figures
+
+
 def measure(device: str, calls: int) -> dict:
     """One round of every row on `device` ("cpu" or "fl")."""
     import torch
@@ -117,10 +176,15 @@ def measure(device: str, calls: int) -> dict:
     target = "fl:0" if fl else "cpu"
     figures = {name: _best_us(run, target, calls) for name, run in _ops(target).items()}
     figures["MLP train step"] = _best_us(_mlp_step(target), target, max(calls // 40, 50))
-    if fl and torch.fl.device_count() >= 2:
-        for name, in_place in (("x + 1", False), ("x.add_(1)", True)):
-            figures[f"{name}, 1 thread"] = _threads_us(["fl:0"], calls, in_place)
-            figures[f"{name}, 2 threads on 2 devices"] = _threads_us(["fl:0", "fl:1"], calls, in_place)
+    if not fl or torch.fl.device_count() >= 2:
+        figures.update(_thread_rows(fl, calls))
+    if fl:
+        ops, step = _ops(target), _mlp_step(target)      # inputs and model made on the default stream
+        side = torch.fl.Stream(target)
+        with torch.fl.stream(side):      # tracking is on from here (stream_order.h): these rows come last
+            for name in ("x + 1", "mm 8x8", "x[3].item()", "upload of 16 floats"):
+                figures[name + SECOND] = _best_us(ops[name], target, calls)
+            figures["MLP train step" + SECOND] = _best_us(step, target, max(calls // 40, 50))
     return figures
 
 
@@ -165,18 +229,19 @@ def main() -> None:
                 best["native CPU"][name] = min(us, best["native CPU"].get(name, float("inf")))
     rows = list(best["fl bridge"])
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; plugin: {args.plugin}; uptime: {os.popen('uptime').read().strip()}")
-    print(f"{'row':32} {'native CPU':>11} {'fl bridge':>10} {'fl Python':>10} {'bridge/CPU':>11} {'Python/CPU':>11}")
+    print(f"{'row':36} {'native CPU':>11} {'fl bridge':>10} {'fl Python':>10} {'bridge/CPU':>11} {'Python/CPU':>11}")
     for name in rows:
-        cpu = best["native CPU"].get(name)
+        cpu = best["native CPU"].get(name.removesuffix(SECOND))
         fast, slow = best["fl bridge"][name], best["fl Python route"].get(name, float("nan"))
         ratio = (lambda v: f"{v / cpu:10.2f}x") if cpu else (lambda v: f"{'':>11}")
-        print(f"{name:32} {cpu if cpu else float('nan'):11.2f} {fast:10.2f} {slow:10.2f} {ratio(fast)} {ratio(slow)}")
-    for name in ("x + 1", "x.add_(1)"):
-        for column in ("fl bridge", "fl Python route"):
-            one = best[column].get(f"{name}, 1 thread")
-            two = best[column].get(f"{name}, 2 threads on 2 devices")
-            if one and two:
-                print(f"{name}, two threads on two devices: {one / two:.2f}x one thread's throughput ({column})")
+        print(f"{name:36} {cpu if cpu else float('nan'):11.2f} {fast:10.2f} {slow:10.2f} {ratio(fast)} {ratio(slow)}")
+    print("two threads' throughput over one thread's (fl: each thread on its own device):")
+    for name in ("x + 1", "x.add_(1)", "x.add_(1), TorchScript", "x = x + 1, TorchScript"):
+        ratios = []
+        for column in ("native CPU", "fl bridge", "fl Python route"):
+            one, two = best[column].get(f"{name}, 1 thread"), best[column].get(f"{name}, 2 threads")
+            ratios.append(f"{column} {one / two:.2f}x" if one and two else f"{column} -")
+        print(f"  {name:24} " + ", ".join(ratios))
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(best, handle, indent=1)
