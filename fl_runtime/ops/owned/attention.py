@@ -33,7 +33,7 @@ from the `sizes` register_owned hands it.  These calls stay in Python: any tenso
 Python or functional layer (torch.compile's FakeTensors: their choice must be made here, from
 metadata, as C++ cannot see what a subclass would answer), symbolic sizes, conjugate or
 negative views, a Python mode on the thread, and everything the eager kernels send to Python
-(a forward's first call per signature, profiles, cross-stream tracking, other streams).
+(a forward's first call per signature, profiles, a stream the bridge does not know).
 PyTorch's `_fused_sdp_choice_stub` stays unfilled, so ATen's composite still answers MATH
 for PrivateUse1 and `_fused_sdp_choice` (Python, above) reports the choice.
 """
