@@ -16,6 +16,7 @@
 #include "fast_path_switches.h"
 #include "pending_uploads.h"
 #include "python_calls.h"
+#include "python_ints.h"
 #include "python_kernel.h"
 #include "thread_state.h"
 
@@ -165,19 +166,11 @@ class LocalScalarKernel final : public c10::OperatorKernel {
   PyObject* kernel_;
 };
 
-uint64_t as_u64(PyObject* value) {
-  const unsigned long long out = PyLong_AsUnsignedLongLong(value);
-  if (out == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-    throw_python_error();
-  }
-  return out;
-}
-
 PyObject* configure_host_copies_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   TORCH_CHECK_TYPE(nargs == 4, "configure_host_copies(stage_bytes, limit, limit_bytes, failure)");
-  const uint64_t stage_bytes = as_u64(args[0]);
-  configure_pending_uploads(device_count(), UploadLimits{as_u64(args[1]), as_u64(args[2])});
+  const uint64_t stage_bytes = u64_arg(args[0]);
+  configure_pending_uploads(device_count(), UploadLimits{u64_arg(args[1]), u64_arg(args[2])});
   set_vendor_failure_handler(args[3]);
   g_stage_bytes.store(stage_bytes, std::memory_order_relaxed);
   g_configured.store(true, std::memory_order_release);

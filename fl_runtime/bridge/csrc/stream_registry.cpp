@@ -10,6 +10,7 @@
 
 #include "caching_allocator.h"
 #include "python_calls.h"
+#include "python_ints.h"
 #include "thread_state.h"
 
 namespace fl_bridge {
@@ -78,31 +79,19 @@ class HeldStreams {
 
 thread_local HeldStreams t_held;
 
-int64_t as_int(PyObject* value) {
-  const long long out = PyLong_AsLongLong(value);
-  if (out == -1 && PyErr_Occurred()) {
-    throw_python_error();
-  }
-  return out;
-}
-
 PyObject* remember_stream_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   TORCH_CHECK_TYPE(nargs == 3, "remember_stream(device, stream_id, handle)");
-  const unsigned long long handle = PyLong_AsUnsignedLongLong(args[2]);
-  if (handle == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-    throw_python_error();
-  }
-  return PyBool_FromLong(
-      remember_stream(static_cast<c10::DeviceIndex>(as_int(args[0])), as_int(args[1]), reinterpret_cast<fl_stream>(handle)));
+  const auto handle = reinterpret_cast<fl_stream>(static_cast<uintptr_t>(u64_arg(args[2])));
+  return PyBool_FromLong(remember_stream(static_cast<c10::DeviceIndex>(int_arg(args[0])), int_arg(args[1]), handle));
   END_HANDLE_TH_ERRORS
 }
 
 PyObject* release_stream_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   TORCH_CHECK_TYPE(nargs == 2, "release_stream(device, stream_id)");
-  const auto device = static_cast<c10::DeviceIndex>(as_int(args[0]));
-  const c10::StreamId id = as_int(args[1]);
+  const auto device = static_cast<c10::DeviceIndex>(int_arg(args[0]));
+  const c10::StreamId id = int_arg(args[1]);
   bool known = false;
   Py_BEGIN_ALLOW_THREADS      // the last holder drains the stream: no GIL held meanwhile
   known = release_stream(device, id);
