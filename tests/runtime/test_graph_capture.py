@@ -230,3 +230,31 @@ def test_a_launch_failing_at_replay_raises_naming_the_op(monkeypatch):
     monkeypatch.setattr(launch_list, "_run_launches", lambda *args: (0, 7))
     with pytest.raises(GraphReplayError, match=r"the launch of aten::mul.Tensor failed"):
         graph.replay()
+
+
+def test_a_side_stream_reading_a_replays_output_waits_for_the_replay():
+    """Once a second stream exists, work that touches a block another stream wrote last waits for
+    it (docs/users/devices.md): a replay's writes count, its static output and the static input it
+    updates in place, so a side stream that read them before does not read them half written."""
+    a = torch.randn(600, 600, device="fl")
+    acc = torch.zeros(600, 600, device="fl")
+    side = torch.fl.Stream(0)
+
+    def step():
+        out = a @ a
+        acc.add_(1)
+        return out
+
+    step()
+    graph, out = _capture(step)
+    torch.accelerator.synchronize()
+    expected = a.cpu() @ a.cpu()
+    for replay in range(1, 4):
+        with torch.fl.stream(side):          # catches up with the last write it knows of
+            _ = out + 0, acc + 0
+        graph.replay()                       # the default stream rewrites both, slowly
+        with torch.fl.stream(side):
+            seen, counted = out * 1, acc * 1
+        side.synchronize()
+        torch.testing.assert_close(seen.cpu(), expected, rtol=1e-4, atol=1e-2)
+        assert torch.equal(counted.cpu(), torch.full((600, 600), float(replay + 1)))

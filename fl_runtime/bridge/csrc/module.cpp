@@ -36,6 +36,7 @@
 #include "python_calls.h"
 #include "thread_state.h"
 #include "sdpa_kernel.h"
+#include "stream_order.h"
 #include "stream_registry.h"
 #include "to_copy_kernel.h"
 
@@ -186,6 +187,7 @@ PyMODINIT_FUNC PyInit__fl_bridge(void) {
   if (module != nullptr && (add_memory_methods(module) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::eager_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::stream_registry_methods()) < 0 ||
+                            PyModule_AddFunctions(module, fl_bridge::stream_order_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::factory_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::resize_methods()) < 0 ||
                             PyModule_AddFunctions(module, fl_bridge::to_copy_methods()) < 0 ||

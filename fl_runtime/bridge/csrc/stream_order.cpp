@@ -5,9 +5,11 @@
 #include <string>
 
 #include <c10/util/SmallVector.h>
+#include <torch/csrc/Exceptions.h>
 
 #include "caching_allocator.h"
 #include "fast_path_switches.h"
+#include "python_ints.h"
 #include "vendor_failure.h"
 
 namespace fl_bridge {
@@ -20,17 +22,20 @@ using Waits = c10::SmallVector<std::pair<uint64_t, c10::StreamId>, 4>;
 
 std::atomic<uint64_t> g_waits{0};
 
+void use_base(CachingAllocator& allocator, const StreamRef& stream, uint64_t base, bool writes, Waits& waits) {
+  const c10::StreamId writer = allocator.use_block(base, stream.id(), stream.handle(), writes);
+  if (writer >= 0) {
+    waits.emplace_back(base, writer);
+  }
+}
+
 void use(CachingAllocator& allocator, const StreamRef& stream, const at::Tensor& t, bool writes, Waits& waits) {
   if (!t.defined() || t.device().type() != kFl || t.device().index() != allocator.device() || !t.has_storage()) {
     return;
   }
   const auto base = reinterpret_cast<uintptr_t>(t.storage().data());
-  if (base == 0) {
-    return;
-  }
-  const c10::StreamId writer = allocator.use_block(base, stream.id(), stream.handle(), writes);
-  if (writer >= 0) {
-    waits.emplace_back(base, writer);
+  if (base != 0) {
+    use_base(allocator, stream, base, writes, waits);
   }
 }
 
@@ -72,7 +77,50 @@ VendorFailure wait_for(const VendorDevice& vendor, const StreamRef& stream, cons
   return failure;
 }
 
+// Enqueues on `stream` one wait per writer stream in `waits`, then notes `stream` caught up.
+void wait_for_writers(c10::DeviceIndex device, CachingAllocator& allocator, const StreamRef& stream,
+                      const Waits& waits) {
+  c10::SmallVector<c10::StreamId, 4> waited;
+  for (const auto& [base, id] : waits) {
+    if (std::find(waited.begin(), waited.end(), id) == waited.end()) {
+      const StreamRef writer = stream_of(device, id);
+      // A destroyed writer has drained (stream_registry.h): nothing left to wait for.
+      const VendorFailure failure = writer ? wait_for(allocator.vendor(), stream, writer) : VendorFailure{};
+      if (failure.failed()) {
+        raise_vendor_failure(device, failure);
+      }
+      waited.push_back(id);
+    }
+    allocator.caught_up(base, stream.id(), id);     // no new wait for it until its next write
+  }
+}
+
+PyObject* order_blocks_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  TORCH_CHECK_TYPE(nargs == 4, "order_blocks(device, stream_id, reads, writes)");
+  const auto device = static_cast<c10::DeviceIndex>(int_arg(args[0]));
+  const StreamRef stream = stream_of(device, int_arg(args[1]));
+  if (!stream) {
+    Py_RETURN_FALSE;
+  }
+  const std::vector<uint64_t> reads = u64_list(args[2]);
+  const std::vector<uint64_t> writes = u64_list(args[3]);
+  order_after_writers_at(device, stream, reads, writes);
+  Py_RETURN_TRUE;
+  END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef g_methods[] = {
+    {"order_blocks", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(order_blocks_py)), METH_FASTCALL,
+     "order_blocks(device, stream_id, reads, writes) -> bool: order_after_writers by storage address"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
 }  // namespace
+
+PyMethodDef* stream_order_methods() {
+  return g_methods;
+}
 
 uint64_t stream_waits() noexcept {
   return g_waits.load(std::memory_order_relaxed);
@@ -92,19 +140,20 @@ void order_after_writers(c10::DeviceIndex device, const StreamRef& stream, c10::
   for (const at::Tensor& t : outputs) {
     use(allocator, stream, t, true, waits);
   }
-  c10::SmallVector<c10::StreamId, 4> waited;
-  for (const auto& [base, id] : waits) {
-    if (std::find(waited.begin(), waited.end(), id) == waited.end()) {
-      const StreamRef writer = stream_of(device, id);
-      // A destroyed writer has drained (stream_registry.h): nothing left to wait for.
-      const VendorFailure failure = writer ? wait_for(allocator.vendor(), stream, writer) : VendorFailure{};
-      if (failure.failed()) {
-        raise_vendor_failure(device, failure);
-      }
-      waited.push_back(id);
-    }
-    allocator.caught_up(base, stream.id(), id);     // no new wait for it until its next write
+  wait_for_writers(device, allocator, stream, waits);
+}
+
+void order_after_writers_at(c10::DeviceIndex device, const StreamRef& stream, c10::ArrayRef<uint64_t> reads,
+                            c10::ArrayRef<uint64_t> writes) {
+  CachingAllocator& allocator = allocator_of(device);
+  Waits waits;
+  for (const uint64_t base : reads) {
+    use_base(allocator, stream, base, false, waits);
   }
+  for (const uint64_t base : writes) {
+    use_base(allocator, stream, base, true, waits);
+  }
+  wait_for_writers(device, allocator, stream, waits);
 }
 
 }  // namespace fl_bridge

@@ -27,7 +27,15 @@ bool cross_stream_tracking() noexcept;
 void order_after_writers(c10::DeviceIndex device, const StreamRef& stream, c10::ArrayRef<c10::IValue> inputs,
                          c10::ArrayRef<at::Tensor> outputs);
 
+// The same for a graph replay (ops/graph/graph_capture.py), which knows the storage addresses
+// its recorded launches read and write, not tensors.
+void order_after_writers_at(c10::DeviceIndex device, const StreamRef& stream, c10::ArrayRef<uint64_t> reads,
+                            c10::ArrayRef<uint64_t> writes);
+
 // Waits enqueued so far (eager_stats' stream_waits).
 uint64_t stream_waits() noexcept;
+
+// order_blocks(device, stream_id, reads, writes) -> bool (False: a stream the bridge does not know).
+PyMethodDef* stream_order_methods();
 
 }  // namespace fl_bridge

@@ -10,7 +10,10 @@ of its calls lands on a `CapturedGraph` here.  As with CUDA graphs:
   tensors the graph reads and writes must stay where they are (the user keeps its inputs;
   what the capture allocates comes from the graph's memory pool, below);
 - **replay** runs the recorded launches in order on the current stream, in C
-  (_launch_list.c's run_launches, the graph path's loop, with no address patch);
+  (_launch_list.c's run_launches, the graph path's loop, with no address patch); once a
+  second stream exists it first orders itself after other streams' writes to the storages the
+  capture read or wrote, and counts as their writer, as an eager call does (the bridge's
+  order_blocks, csrc/stream_order.h), so later work on another stream waits for the replay;
 - what cannot be replayed fails the capture with FLGraphCaptureError naming the op: a CPU
   fallback, a copy between host and device or `.item()` (they synchronise with the host),
   a random op (a replay would draw the same numbers again), a launch the vendor declines;
@@ -32,6 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mod
 from fl_runtime import abi
 from fl_runtime.abi import ffi
 from fl_runtime.devices.registry import DEVICE_TYPE
+from fl_runtime.devices.storage import storage_base
 from fl_runtime.errors import FLGraphCaptureError, GraphReplayError
 
 _LAUNCH = "fl_status(*)(fl_stream, const fl_kernel_entry *, const fl_arg *, uint32_t)"
@@ -239,8 +243,11 @@ class _CaptureGuard(TorchDispatchMode):
             out = func(*args, **kwargs)
         finally:
             self.graph.current_op = previous
-        if on_fl and len(self.graph.steps) == recorded and self._on_capturing_stream(tensors) \
-                and not _records_nothing(func, tensors, out):
+        if not on_fl or not self._on_capturing_stream(tensors):
+            return out
+        if len(self.graph.steps) > recorded:
+            self.graph.note_storages(tensors, _written(func, args, kwargs, out))
+        elif not _records_nothing(func, tensors, out):
             # it computed without a recorded launch (a path that bypassed the capture's hooks):
             # a replay would skip it, silently
             raise self.graph.refuse(name, "ran on the device without a launch the capture could record")
@@ -262,6 +269,22 @@ _NO_DATA = frozenset({torch.ops.aten.empty.memory_format, torch.ops.aten.empty_s
                       torch.ops.aten.resize_.default, torch.ops.aten.set_.source_Storage_storage_offset,
                       torch.ops.aten.set_.source_Storage, torch.ops.aten.set_.source_Tensor,
                       torch.ops.aten._has_compatible_shallow_copy_type.default})
+
+
+def _written(func, args: tuple, kwargs: dict, out) -> list:
+    """The tensors a call writes: the arguments its schema marks written (`Tensor(a!)`) and the
+    results that are new or written (not views of an input)."""
+    schema = func._schema
+    written = []
+    for position, argument in enumerate(schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.is_write:
+            value = args[position] if position < len(args) else kwargs.get(argument.name)
+            written.extend(torch.utils._pytree.tree_leaves(value))
+    results = out if isinstance(out, (tuple, list)) else (out,)
+    for returned, result in zip(schema.returns, results):
+        if returned.alias_info is None or returned.alias_info.is_write:
+            written.extend(torch.utils._pytree.tree_leaves(result))
+    return [t for t in written if isinstance(t, torch.Tensor)]
 
 
 def _records_nothing(func, tensors: list, out) -> bool:
@@ -331,6 +354,8 @@ class CapturedGraph:
         self._program: list | None = None      # (launch words, copies) segments, once instantiated
         self._undo: list = []
         self._failure: FLGraphCaptureError | None = None
+        self.reads: set[int] = set()           # storage addresses the recorded launches read
+        self.writes: set[int] = set()          # ... and write (replay orders on both)
 
     # -- capture -------------------------------------------------------------------------
     def capture_begin(self, pool_id: tuple[int, int] = (0, 0), mode: int = 0) -> None:
@@ -360,9 +385,19 @@ class CapturedGraph:
         failure, self._failure = self._failure, None
         if failure is not None:          # raised inside the capture, maybe swallowed by user code
             self.steps = []
+            self.reads, self.writes = set(), set()
             raise failure
         if not self.keep_graph:
             self.instantiate()
+
+    def note_storages(self, read: list, written: list) -> None:
+        """A recorded call read `read` and wrote `written` (fl tensors of the capturing device)."""
+        for tensors, into in ((read, self.reads), (written, self.writes)):
+            for t in tensors:
+                if t.device.type == DEVICE_TYPE and t.device.index == self.device_index:
+                    base = storage_base(t)
+                    if base:
+                        into.add(base)
 
     def refuse(self, op: str, why: str) -> FLGraphCaptureError:
         """The error for an op a replay could not repeat; kept so capture_end raises it too."""
@@ -457,6 +492,8 @@ class CapturedGraph:
         handle = stream.handle
         plugin = rt.device(self.device_index).plugin
         self.replays += 1
+        if rt._cross_stream:       # other streams in use: order after their writes, then count as writer
+            self._order_after_writers(rt, stream)
         for segment in self._program:
             if isinstance(segment, _Copy):
                 plugin.check(segment.call(handle, *segment.args), f"{segment.op} in a graph replay")
@@ -470,10 +507,19 @@ class CapturedGraph:
                 raise GraphReplayError(f"replaying a graph on fl:{self.device_index}: the launch of "
                                        f"{names[position]} failed ({abi.STATUS_NAMES.get(status, status)}: {text})")
 
+    def _order_after_writers(self, rt, stream) -> None:
+        index = self.device_index
+        reads = tuple(self.reads - self.writes)
+        if not rt.allocators[index].bridge.order_blocks(index, stream.stream_id, reads, tuple(self.writes)):
+            raise GraphReplayError(f"replaying a graph on fl:{index}: its stream {stream.stream_id} is unknown to "
+                                   "the native bridge, which orders the replay after other streams' writes; make "
+                                   "the stream after torch_fl is imported (docs/users/graph-capture.md)")
+
     def reset(self) -> None:
         if self.device_index is not None and _capturing.get(self.device_index) is self:
             self._unhook()
         self.steps, self._program = [], None
+        self.reads, self.writes = set(), set()
         pool, self.pool = self.pool, None
         if pool is not None:
             pool.detach()
