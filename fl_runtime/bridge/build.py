@@ -27,6 +27,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import re
 import os
 import shlex
 import shutil
@@ -75,13 +76,31 @@ class Target:
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+_QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
 def source_hash() -> str:
-    """The bridge's own sources and the ABI headers they include."""
+    """The bridge's own sources and the ABI headers they include (fl_abi.h and what it includes;
+    the SDK's driver and kernel helpers are vendors' code, which the bridge never compiles)."""
     digest = hashlib.sha256()
     sources = [path for path in sorted(CSRC.iterdir()) if path.suffix in (".cpp", ".h")]
-    for path in sources + sorted(ABI_HEADERS.glob("*.h")):
+    for path in sources + _abi_headers(sources):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def _abi_headers(sources: list[Path]) -> list[Path]:
+    """The headers of fl_sdk/include that `sources` include, directly or through each other
+    (found by file name: the bridge's own headers share none with the SDK's)."""
+    found: dict[Path, None] = {}
+    pending = list(sources)
+    while pending:
+        for name in _QUOTED_INCLUDE.findall(pending.pop().read_text()):
+            header = ABI_HEADERS / Path(name).name
+            if header not in found and header.is_file():
+                found[header] = None
+                pending.append(header)
+    return sorted(found)
 
 
 def cache_dir() -> Path:

@@ -101,6 +101,23 @@ def test_an_edited_abi_header_changes_the_key(monkeypatch, tmp_path):
     with open(headers / "fl_abi.h", "a") as handle:
         handle.write("\n/* an edit */\n")
     assert build.source_hash() != before
+    with open(headers / "fl_collectives.h", "a") as handle:     # included by fl_abi.h
+        handle.write("\n/* an edit */\n")
+    assert build.source_hash() != before
+
+
+def test_an_edit_to_the_sdks_driver_helpers_keeps_the_key(monkeypatch, tmp_path):
+    """fl_driver.h and fl_kernel.h are vendors' helpers the bridge never includes: editing them
+    must not make every user rebuild the bridge."""
+    import shutil
+    headers = tmp_path / "include"
+    shutil.copytree(build.ABI_HEADERS, headers)
+    monkeypatch.setattr(build, "ABI_HEADERS", headers)
+    before = build.source_hash()
+    for name in ("fl_driver.h", "fl_kernel.h"):
+        with open(headers / name, "a") as handle:
+            handle.write("\n/* an edit */\n")
+    assert build.source_hash() == before
 
 
 def test_a_built_bridge_loads_without_a_compiler_and_a_compiler_upgrade_keeps_it(fake_compiler, tmp_path,
