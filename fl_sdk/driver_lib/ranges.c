@@ -37,7 +37,7 @@ static int grow(fld_ranges *set) {
 
 fld_ranges_result fld_ranges_add(fld_ranges *set, uintptr_t start, uint64_t size, uint64_t limit) {
     fld_ranges_result result = FLD_RANGES_OK;
-    pthread_mutex_lock(&set->lock);
+    pthread_rwlock_wrlock(&set->lock);
     if (size > limit || set->bytes > limit - size) {
         result = FLD_RANGES_OVER_LIMIT;
     } else if (set->count == set->capacity && !grow(set)) {
@@ -49,13 +49,13 @@ fld_ranges_result fld_ranges_add(fld_ranges *set, uintptr_t start, uint64_t size
         set->count++;
         set->bytes += size;
     }
-    pthread_mutex_unlock(&set->lock);
+    pthread_rwlock_unlock(&set->lock);
     return result;
 }
 
 fld_ranges_result fld_ranges_remove(fld_ranges *set, uintptr_t start, uint64_t *size) {
     fld_ranges_result result = FLD_RANGES_NOT_FOUND;
-    pthread_mutex_lock(&set->lock);
+    pthread_rwlock_wrlock(&set->lock);
     size_t at = upper_bound(set, start);
     if (at > 0 && set->items[at - 1].start == start) {
         at--;
@@ -66,27 +66,27 @@ fld_ranges_result fld_ranges_remove(fld_ranges *set, uintptr_t start, uint64_t *
         set->count--;
         result = FLD_RANGES_OK;
     }
-    pthread_mutex_unlock(&set->lock);
+    pthread_rwlock_unlock(&set->lock);
     return result;
 }
 
 int fld_ranges_find(fld_ranges *set, uintptr_t address, fld_range *found) {
     int hit = 0;
-    pthread_mutex_lock(&set->lock);
+    pthread_rwlock_rdlock(&set->lock);
     size_t at = upper_bound(set, address);
     if (at > 0 && address - set->items[at - 1].start < set->items[at - 1].size) {
         if (found)
             *found = set->items[at - 1];
         hit = 1;
     }
-    pthread_mutex_unlock(&set->lock);
+    pthread_rwlock_unlock(&set->lock);
     return hit;
 }
 
 uint64_t fld_ranges_bytes(fld_ranges *set) {
-    pthread_mutex_lock(&set->lock);
+    pthread_rwlock_rdlock(&set->lock);
     uint64_t bytes = set->bytes;
-    pthread_mutex_unlock(&set->lock);
+    pthread_rwlock_unlock(&set->lock);
     return bytes;
 }
 

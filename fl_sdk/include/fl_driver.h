@@ -107,15 +107,17 @@ typedef struct fld_range {
 
 /* A thread-safe set of non-overlapping [start, start + size) ranges, sorted,
  * with the sum of their sizes.  Lookups by any address inside a range are
- * O(log n). */
+ * O(log n).  Lookups share a reader lock: every launch checks its stream in
+ * one handle table, so threads driving different devices must not queue
+ * behind each other there. */
 typedef struct fld_ranges {
-    pthread_mutex_t lock;
+    pthread_rwlock_t lock;
     fld_range *items;
     size_t count, capacity;
     uint64_t bytes;
 } fld_ranges;
 
-#define FLD_RANGES_INIT { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0 }
+#define FLD_RANGES_INIT { PTHREAD_RWLOCK_INITIALIZER, NULL, 0, 0, 0 }
 
 typedef enum fld_ranges_result {
     FLD_RANGES_OK = 0,
