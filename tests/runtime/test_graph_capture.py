@@ -258,3 +258,28 @@ def test_a_side_stream_reading_a_replays_output_waits_for_the_replay():
         side.synchronize()
         torch.testing.assert_close(seen.cpu(), expected, rtol=1e-4, atol=1e-2)
         assert torch.equal(counted.cpu(), torch.full((600, 600), float(replay + 1)))
+
+
+def test_a_replayed_in_place_list_op_counts_its_tensors_as_written():
+    """`_foreach_add_` writes a list and returns nothing (an optimizer step's shape): a side
+    stream reading the list after a replay waits for it."""
+    params = [torch.zeros(700, 700, device="fl") for _ in range(2)]
+    a = torch.randn(700, 700, device="fl")
+    side = torch.fl.Stream(0)
+
+    def step():
+        torch._foreach_add_(params, [a @ a, a @ a])
+
+    step()
+    graph, _ = _capture(step)
+    torch.accelerator.synchronize()
+    product = a.cpu() @ a.cpu()
+    for replay in range(1, 3):
+        with torch.fl.stream(side):
+            _ = [p + 0 for p in params]
+        graph.replay()
+        with torch.fl.stream(side):
+            seen = [p * 1 for p in params]
+        side.synchronize()
+        for value in seen:
+            torch.testing.assert_close(value.cpu(), product * (replay + 1), rtol=1e-4, atol=5e-2)

@@ -274,16 +274,22 @@ _NO_DATA = frozenset({torch.ops.aten.empty.memory_format, torch.ops.aten.empty_s
 def _written(func, args: tuple, kwargs: dict, out) -> list:
     """The tensors a call writes: the arguments its schema marks written (`Tensor(a!)`) and the
     results that are new or written (not views of an input)."""
-    schema = func._schema
+    schema = getattr(func, "_schema", None)
+    leaves = torch.utils._pytree.tree_leaves
+    if schema is None:         # not an OpOverload: every tensor it touched may have been written
+        return [t for t in leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
     written = []
     for position, argument in enumerate(schema.arguments):
         if argument.alias_info is not None and argument.alias_info.is_write:
             value = args[position] if position < len(args) else kwargs.get(argument.name)
-            written.extend(torch.utils._pytree.tree_leaves(value))
-    results = out if isinstance(out, (tuple, list)) else (out,)
+            written.extend(leaves(value))
+    if len(schema.returns) == 1:
+        results = (out,)                 # one return, maybe a Tensor[]
+    else:
+        results = out if isinstance(out, (tuple, list)) else ()     # none: out is None
     for returned, result in zip(schema.returns, results):
         if returned.alias_info is None or returned.alias_info.is_write:
-            written.extend(torch.utils._pytree.tree_leaves(result))
+            written.extend(leaves(result))
     return [t for t in written if isinstance(t, torch.Tensor)]
 
 
