@@ -6,27 +6,12 @@
 #include <torch/csrc/Dtype.h>
 
 #include "python_calls.h"
+#include "python_ints.h"
 
 namespace fl_bridge {
 namespace {
 
 constexpr Py_ssize_t kSpecFields = 14;
-
-int64_t as_int(PyObject* value) {
-  const long long number = PyLong_AsLongLong(value);
-  if (number == -1 && PyErr_Occurred()) {
-    throw_python_error();
-  }
-  return number;
-}
-
-uint64_t as_address(PyObject* value) {
-  const unsigned long long number = PyLong_AsUnsignedLongLong(value);
-  if (number == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-    throw_python_error();
-  }
-  return number;
-}
 
 // The items of a tuple field, each a tuple of `width` (0: any) entries.
 std::vector<PyObject*> rows(PyObject* field, Py_ssize_t width, const char* what) {
@@ -44,14 +29,14 @@ std::vector<PyObject*> rows(PyObject* field, Py_ssize_t width, const char* what)
 std::vector<int64_t> ints(PyObject* sequence) {
   std::vector<int64_t> out;
   for (PyObject* item : rows(sequence, 0, "a layout")) {
-    out.push_back(as_int(item));
+    out.push_back(int_arg(item));
   }
   return out;
 }
 
 OutputLayout output_of(PyObject* row) {
   OutputLayout out;
-  out.alias = static_cast<int>(as_int(PyTuple_GET_ITEM(row, 0)));
+  out.alias = static_cast<int>(int_arg(PyTuple_GET_ITEM(row, 0)));
   PyObject* shape = PyTuple_GET_ITEM(row, 1);
   if (out.alias >= 0 || shape == Py_None) {
     return out;
@@ -62,7 +47,7 @@ OutputLayout output_of(PyObject* row) {
   out.sizes = ints(shape);
   out.strides = ints(PyTuple_GET_ITEM(row, 2));
   out.dtype = reinterpret_cast<THPDtype*>(dtype)->scalar_type;
-  out.nbytes = static_cast<size_t>(as_int(PyTuple_GET_ITEM(row, 4)));
+  out.nbytes = static_cast<size_t>(int_arg(PyTuple_GET_ITEM(row, 4)));
   return out;
 }
 
@@ -123,12 +108,12 @@ LaunchProgram LaunchProgram::from_spec(PyObject* spec) {
                    "launch program spec: a tuple of ", kSpecFields, " (ops/eager/fast_path.Program.native_spec)");
   auto field = [&](Py_ssize_t i) { return PyTuple_GET_ITEM(spec, i); };
   LaunchProgram p;
-  p.device_ = static_cast<c10::DeviceIndex>(as_int(field(0)));
+  p.device_ = static_cast<c10::DeviceIndex>(int_arg(field(0)));
   p.has_autocast_ = PyObject_IsTrue(field(1)) == 1;
-  p.epoch_ = as_address(field(2));
-  p.launch_fn_ = as_address(field(3));
-  p.entry_ = as_address(field(4));
-  p.nargs_ = static_cast<uint32_t>(as_int(field(5)));
+  p.epoch_ = u64_arg(field(2));
+  p.launch_fn_ = u64_arg(field(3));
+  p.entry_ = u64_arg(field(4));
+  p.nargs_ = static_cast<uint32_t>(int_arg(field(5)));
   char* bytes = nullptr;
   Py_ssize_t size = 0;
   if (PyBytes_AsStringAndSize(field(6), &bytes, &size) < 0) {
@@ -136,29 +121,29 @@ LaunchProgram LaunchProgram::from_spec(PyObject* spec) {
   }
   p.blob_.assign(bytes, static_cast<size_t>(size));
   TORCH_CHECK_VALUE(p.nargs_ * sizeof(fl_arg) <= p.blob_.size(), "launch program spec: the template is too short");
-  p.recorded_at_ = as_address(field(7));
+  p.recorded_at_ = u64_arg(field(7));
   auto inside = [&](int64_t at, size_t width) {
     TORCH_CHECK_VALUE(at >= 0 && static_cast<size_t>(at) + width <= p.blob_.size(),
                       "launch program spec: a site outside the template");
     return static_cast<size_t>(at);
   };
   for (PyObject* at : rows(field(8), 0, "relocations")) {
-    p.relocations_.push_back(inside(as_int(at), sizeof(uint64_t)));
+    p.relocations_.push_back(inside(int_arg(at), sizeof(uint64_t)));
   }
   for (PyObject* row : rows(field(9), 4, "tensor sites")) {
-    const auto source = as_int(PyTuple_GET_ITEM(row, 1));
+    const auto source = int_arg(PyTuple_GET_ITEM(row, 1));
     TORCH_CHECK_VALUE(source >= 0 && source <= TensorSite::kOutput, "launch program spec: a tensor site's source");
-    p.tensors_.push_back({inside(as_int(PyTuple_GET_ITEM(row, 0)), 16), static_cast<TensorSite::Source>(source),
-                          static_cast<int32_t>(as_int(PyTuple_GET_ITEM(row, 2))),
-                          static_cast<int32_t>(as_int(PyTuple_GET_ITEM(row, 3)))});
+    p.tensors_.push_back({inside(int_arg(PyTuple_GET_ITEM(row, 0)), 16), static_cast<TensorSite::Source>(source),
+                          static_cast<int32_t>(int_arg(PyTuple_GET_ITEM(row, 2))),
+                          static_cast<int32_t>(int_arg(PyTuple_GET_ITEM(row, 3)))});
   }
   for (PyObject* row : rows(field(10), 2, "float sites")) {
-    p.floats_.push_back({inside(as_int(PyTuple_GET_ITEM(row, 0)), sizeof(fl_arg)),
-                         static_cast<int32_t>(as_int(PyTuple_GET_ITEM(row, 1)))});
+    p.floats_.push_back({inside(int_arg(PyTuple_GET_ITEM(row, 0)), sizeof(fl_arg)),
+                         static_cast<int32_t>(int_arg(PyTuple_GET_ITEM(row, 1)))});
   }
   for (PyObject* row : rows(field(11), 2, "wrapped-number sites")) {
-    p.wrapped_.push_back({inside(as_int(PyTuple_GET_ITEM(row, 0)), sizeof(fl_arg)),
-                          static_cast<int32_t>(as_int(PyTuple_GET_ITEM(row, 1)))});
+    p.wrapped_.push_back({inside(int_arg(PyTuple_GET_ITEM(row, 0)), sizeof(fl_arg)),
+                          static_cast<int32_t>(int_arg(PyTuple_GET_ITEM(row, 1)))});
   }
   for (PyObject* row : rows(field(12), 5, "outputs")) {
     p.outputs_.push_back(output_of(row));
