@@ -362,6 +362,7 @@ class CapturedGraph:
         self._failure: FLGraphCaptureError | None = None
         self.reads: set[int] = set()           # storage addresses the recorded launches read
         self.writes: set[int] = set()          # ... and write (replay orders on both)
+        self._storages: tuple = ((), ())       # (read only, written), as order_blocks takes them
 
     # -- capture -------------------------------------------------------------------------
     def capture_begin(self, pool_id: tuple[int, int] = (0, 0), mode: int = 0) -> None:
@@ -486,6 +487,7 @@ class CapturedGraph:
         if names:
             segments.append((words.tobytes(), names))
         self._program = segments
+        self._storages = (tuple(self.reads - self.writes), tuple(self.writes))
 
     def replay(self) -> None:
         if self._program is None:
@@ -515,8 +517,7 @@ class CapturedGraph:
 
     def _order_after_writers(self, rt, stream) -> None:
         index = self.device_index
-        reads = tuple(self.reads - self.writes)
-        if not rt.allocators[index].bridge.order_blocks(index, stream.stream_id, reads, tuple(self.writes)):
+        if not rt.allocators[index].bridge.order_blocks(index, stream.stream_id, *self._storages):
             raise GraphReplayError(f"replaying a graph on fl:{index}: its stream {stream.stream_id} is unknown to "
                                    "the native bridge, which orders the replay after other streams' writes; make "
                                    "the stream after torch_fl is imported (docs/users/graph-capture.md)")
