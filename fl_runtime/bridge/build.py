@@ -27,8 +27,8 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import re
 import os
+import re
 import shlex
 import shutil
 import subprocess
