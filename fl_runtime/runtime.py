@@ -161,7 +161,12 @@ class Runtime:
         and remember that it touched them.  Free while only default streams are used."""
         if not self._cross_stream:
             return
-        live = self.allocators[index].live
+        allocator = self.allocators[index]
+        bridge = getattr(allocator, "bridge", None)
+        if bridge is not None:
+            # This thread's earlier marks are enqueued now (bridge/csrc/stream_order.h "Once per write").
+            bridge.settle_writes()
+        live = allocator.live
         with self._writers_lock:
             for value in (*inputs, *outputs):
                 for t in (value if isinstance(value, (list, tuple)) else (value,)):

@@ -193,3 +193,70 @@ def test_a_stream_waits_once_per_write_of_a_block(fl):
         side.synchronize()
         torch.testing.assert_close(first.cpu(), 2 * scale * expected, rtol=1e-4, atol=1e-2)
         torch.testing.assert_close(again.cpu(), scale * expected + 1, rtol=1e-4, atol=1e-2)
+
+
+def test_a_read_racing_another_threads_write_is_stale_for_that_call_only(fl):
+    """A write is marked before its work is enqueued (stream_order.h "Once per write").  A
+    reader on another thread and stream that comes in between waits for an event that does not
+    cover the write; it must not stay "caught up", or its later reads skip the wait and read
+    the block before the write lands (a stale value, no error).  The plugin's memcpy_h2d_async
+    holds the writer's upload between its mark and its enqueue until the racy read is done, and
+    queues it behind slow matmuls on a third stream, so a later read that skips the wait reads
+    the old values."""
+    from fl_runtime.abi import ffi
+    native = _native(fl)
+    waits = lambda: native.eager_stats()["stream_waits"]     # noqa: E731
+    a = torch.randn(1000, 1000, device="fl:0")
+    busy = torch.empty(1000, 1000, device="fl:0")
+    t = torch.zeros(64, device="fl:0")
+    writes, reads, slow = torch.fl.Stream(0), torch.fl.Stream(0), torch.fl.Stream(0)
+    for _ in range(3):                    # every call below served in C++ from here on
+        with torch.fl.stream(writes):
+            t.copy_(torch.zeros(64))
+        with torch.fl.stream(reads):
+            t + 0
+    torch.fl.synchronize()
+    table = ffi.cast("fl_api *", fl.runtime().device(0).plugin.api)
+    original = table.memcpy_h2d_async
+    gate = ffi.new("fl_event *")
+    assert table.event_create(0, gate) == 0
+    marked, read = threading.Event(), threading.Event()
+    writer_thread = []
+
+    def held_upload(stream, *args):
+        if threading.get_ident() in writer_thread:
+            marked.set()
+            read.wait(30)                  # the reader's call runs now, between mark and enqueue
+            assert table.stream_wait_event(stream, gate[0]) == 0
+        return original(stream, *args)
+
+    def write():
+        writer_thread.append(threading.get_ident())
+        with torch.fl.stream(writes):
+            t.copy_(torch.full((64,), 7.0))
+
+    with torch.fl.stream(slow):
+        for _ in range(3):
+            torch.mm(a, a, out=busy)       # ~40 ms each on the reference vendor
+        assert table.event_record(gate[0], fl.runtime().streams.current(0).handle) == 0
+    table.memcpy_h2d_async = callback = ffi.callback(ffi.typeof(original), held_upload)
+    try:
+        writer = threading.Thread(target=write)
+        writer.start()
+        assert marked.wait(30), "the writer reached its upload"
+        with torch.fl.stream(reads):
+            t + 0                          # the racy read: may see either value
+        read.set()
+        writer.join(30)
+        before, calls = waits(), _python_calls(fl)
+        with torch.fl.stream(reads):
+            after = t + 0                  # after the threads met: must wait for the upload
+        waited = waits() - before
+        assert _python_calls(fl) == calls, "served in C++"
+        torch.fl.synchronize()
+    finally:
+        table.memcpy_h2d_async = original
+        table.event_destroy(gate[0])
+    del callback
+    assert after.cpu().eq(7).all(), f"the read after the write saw it: {after.cpu()[:4]}"
+    assert waited == 1, "the racy read did not leave the reader caught up"

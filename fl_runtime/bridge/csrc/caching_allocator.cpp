@@ -229,6 +229,7 @@ void CachingAllocator::to_pool(Block* block) {
   block->writer = -1;
   block->used_by.clear();
   block->caught_up.clear();
+  block->write_version++;             // a reader's caught_up from before never lands on the next use
   pool_[{block->stream, block->size}].push_back(block);
 }
 
@@ -285,10 +286,12 @@ bool CachingAllocator::set_writer(uint64_t ptr, c10::StreamId writer) {
   }
   found->second->writer = writer;
   found->second->caught_up.clear();
+  found->second->write_version++;
   return true;
 }
 
-c10::StreamId CachingAllocator::use_block(uint64_t ptr, c10::StreamId stream, fl_stream handle, bool writes) {
+c10::StreamId CachingAllocator::use_block(uint64_t ptr, c10::StreamId stream, fl_stream handle, bool writes,
+                                          uint64_t& version) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = live_.find(ptr);
   if (found == live_.end()) {
@@ -305,20 +308,32 @@ c10::StreamId CachingAllocator::use_block(uint64_t ptr, c10::StreamId stream, fl
   if (writes) {
     block->writer = stream;
     block->caught_up.clear();
+    block->write_version++;
   }
+  version = block->write_version;
   return wait ? writer : -1;
 }
 
-void CachingAllocator::caught_up(uint64_t ptr, c10::StreamId stream, c10::StreamId writer) {
+void CachingAllocator::caught_up(uint64_t ptr, c10::StreamId stream, c10::StreamId writer, uint64_t version) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = live_.find(ptr);
   if (found == live_.end()) {
     return;
   }
   Block* block = found->second;
-  if ((block->writer >= 0 ? block->writer : block->stream) == writer && block->writer != stream &&
+  if (block->write_version == version && (block->writer >= 0 ? block->writer : block->stream) == writer &&
+      block->writer != stream &&
       std::find(block->caught_up.begin(), block->caught_up.end(), stream) == block->caught_up.end()) {
     block->caught_up.push_back(stream);
+  }
+}
+
+void CachingAllocator::write_settled(uint64_t ptr, c10::StreamId writer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = live_.find(ptr);
+  if (found != live_.end() && found->second->writer == writer) {
+    found->second->caught_up.clear();
+    found->second->write_version++;
   }
 }
 
@@ -331,6 +346,7 @@ void CachingAllocator::forget_stream(c10::StreamId stream) {
     if (block->writer == stream) {
       block->writer = -1;
       block->caught_up.clear();
+      block->write_version++;
     }
     auto& used = block->used_by;
     used.erase(std::remove_if(used.begin(), used.end(), [&](const auto& u) { return u.first == stream; }), used.end());

@@ -44,6 +44,7 @@ struct Block {
   c10::StreamId writer = -1;                   // last writing stream, -1: none (runtime.py)
   std::vector<std::pair<c10::StreamId, fl_stream>> used_by;   // other streams that used it
   std::vector<c10::StreamId> caught_up;       // streams that waited for the last write (stream_order.h)
+  uint64_t write_version = 0;                  // moves on each write mark and settle (stream_order.h)
   c10::DeviceIndex device = 0;
   bool live = false;
   bool fresh = false;                          // just taken from the vendor (memory history)
@@ -93,11 +94,16 @@ class alignas(64) CachingAllocator {
   // another stream's, and becomes its writer when the work `writes` it.  Returns the stream
   // whose work on the block this work must wait for (its last writer, else its allocation
   // stream) when that is another one that `stream` has not caught up with since its last
-  // write; -1 when there is none or no live block starts at `ptr`.
-  c10::StreamId use_block(uint64_t ptr, c10::StreamId stream, fl_stream handle, bool writes);
+  // write; -1 when there is none or no live block starts at `ptr`.  `version`: the block's
+  // write version as seen (caught_up's argument).
+  c10::StreamId use_block(uint64_t ptr, c10::StreamId stream, fl_stream handle, bool writes, uint64_t& version);
   // `stream` has waited for `writer`'s work: the block at `ptr` needs no new wait from it until
-  // the next write (ignored if another write came in between).
-  void caught_up(uint64_t ptr, c10::StreamId stream, c10::StreamId writer);
+  // the next write (ignored if the block's write version moved since use_block saw `version`).
+  void caught_up(uint64_t ptr, c10::StreamId stream, c10::StreamId writer, uint64_t version);
+  // `writer`'s write to the block at `ptr`, marked before its work, is now enqueued: a stream
+  // that noted itself caught up in between waited for an event recorded before that work, so
+  // every stream waits for the block's next use again (stream_order.h "Once per write").
+  void write_settled(uint64_t ptr, c10::StreamId writer);
   // Stream `stream` has drained and is being destroyed (stream_registry.h): no event is recorded
   // on it again, and its blocks (live, pooled, waiting) belong to the default stream from now on,
   // whose FIFO order is then all they need.

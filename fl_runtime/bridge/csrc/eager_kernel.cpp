@@ -193,10 +193,14 @@ class EagerKernel final : public c10::OperatorKernel {
     if (!program.fill(arena, arguments, outs)) {
       return false;
     }
-    if (cross_stream_tracking()) {
+    const bool tracking = cross_stream_tracking();
+    if (tracking) {
       order_after_writers(device, stream, arguments, outs);
     }
     const fl_status status = program.launch(stream.handle(), arena);
+    if (tracking) {
+      settle_writes();            // enqueued (or refused): stream_order.h "Once per write"
+    }
     if (status != FL_SUCCESS) {
       outs.clear();               // nothing of this call stays allocated
       if (status == FL_ERROR_NOT_SUPPORTED) {

@@ -106,6 +106,7 @@ bool upload(const at::Tensor& dst, const at::Tensor& src) {
   std::memcpy(stage.get(), src.const_data_ptr(), nbytes);
   const fl_status status =
       vendor.api->memcpy_h2d_async(stream, device_address(dst), byte_offset(dst), stage.get(), nbytes);
+  settle_writes();                      // dst's write is enqueued (stream_order.h "Once per write")
   if (status != FL_SUCCESS) {
     raise_vendor_failure(device, {status, memcpy_call("memcpy_h2d_async", device, nbytes)});
   }

@@ -6,6 +6,7 @@
 #include "device_allocator.h"
 #include "fork_handlers.h"
 #include "memory_history.h"
+#include "stream_order.h"
 
 namespace fl_bridge {
 namespace {
@@ -125,7 +126,12 @@ PyObject* block_info(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 PyObject* set_writer(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return integer_call<3>(args, nargs, "set_writer(device, address, stream_id)", [](const long long* a) {
-    return PyBool_FromLong(on(a[0]).set_writer(address(a[1]), a[2]));
+    CachingAllocator& allocator = on(a[0]);
+    const bool live = allocator.set_writer(address(a[1]), a[2]);
+    if (live && a[2] >= 0) {
+      note_unsettled_write(allocator, address(a[1]), a[2]);   // settled at this thread's next order
+    }
+    return PyBool_FromLong(live);
   });
 }
 

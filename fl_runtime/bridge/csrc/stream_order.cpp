@@ -17,15 +17,32 @@ namespace {
 
 constexpr c10::DeviceType kFl = c10::DeviceType::PrivateUse1;
 
-// The blocks this call must wait for, each with the stream that wrote it.
-using Waits = c10::SmallVector<std::pair<uint64_t, c10::StreamId>, 4>;
+// A block this call must wait for: the stream that wrote it and the write version seen.
+struct Wait {
+  uint64_t base;
+  c10::StreamId writer;
+  uint64_t version;
+};
+using Waits = c10::SmallVector<Wait, 4>;
+
+// A write this thread marked whose work is not known to be enqueued yet (settle_writes).
+struct Unsettled {
+  CachingAllocator* allocator;
+  uint64_t base;
+  c10::StreamId writer;
+};
+thread_local c10::SmallVector<Unsettled, 4> t_unsettled;
 
 std::atomic<uint64_t> g_waits{0};
 
 void use_base(CachingAllocator& allocator, const StreamRef& stream, uint64_t base, bool writes, Waits& waits) {
-  const c10::StreamId writer = allocator.use_block(base, stream.id(), stream.handle(), writes);
+  uint64_t version = 0;
+  const c10::StreamId writer = allocator.use_block(base, stream.id(), stream.handle(), writes, version);
   if (writer >= 0) {
-    waits.emplace_back(base, writer);
+    waits.push_back({base, writer, version});
+  }
+  if (writes) {
+    t_unsettled.push_back({&allocator, base, stream.id()});
   }
 }
 
@@ -81,7 +98,7 @@ VendorFailure wait_for(const VendorDevice& vendor, const StreamRef& stream, cons
 void wait_for_writers(c10::DeviceIndex device, CachingAllocator& allocator, const StreamRef& stream,
                       const Waits& waits) {
   c10::SmallVector<c10::StreamId, 4> waited;
-  for (const auto& [base, id] : waits) {
+  for (const auto& [base, id, version] : waits) {
     if (std::find(waited.begin(), waited.end(), id) == waited.end()) {
       const StreamRef writer = stream_of(device, id);
       // A destroyed writer has drained (stream_registry.h): nothing left to wait for.
@@ -91,7 +108,7 @@ void wait_for_writers(c10::DeviceIndex device, CachingAllocator& allocator, cons
       }
       waited.push_back(id);
     }
-    allocator.caught_up(base, stream.id(), id);     // no new wait for it until its next write
+    allocator.caught_up(base, stream.id(), id, version);   // no new wait for it until its next write
   }
 }
 
@@ -110,9 +127,16 @@ PyObject* order_blocks_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   END_HANDLE_TH_ERRORS
 }
 
+PyObject* settle_writes_py(PyObject*, PyObject*) {
+  settle_writes();
+  Py_RETURN_NONE;
+}
+
 PyMethodDef g_methods[] = {
     {"order_blocks", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(order_blocks_py)), METH_FASTCALL,
      "order_blocks(device, stream_id, reads, writes) -> bool: order_after_writers by storage address"},
+    {"settle_writes", settle_writes_py, METH_NOARGS,
+     "settle_writes(): this thread's marked writes are enqueued (stream_order.h)"},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -126,12 +150,24 @@ uint64_t stream_waits() noexcept {
   return g_waits.load(std::memory_order_relaxed);
 }
 
+void note_unsettled_write(CachingAllocator& allocator, uint64_t base, c10::StreamId writer) {
+  t_unsettled.push_back({&allocator, base, writer});
+}
+
+void settle_writes() noexcept {
+  for (const Unsettled& write : t_unsettled) {
+    write.allocator->write_settled(write.base, write.writer);
+  }
+  t_unsettled.clear();
+}
+
 bool cross_stream_tracking() noexcept {
   return (switches() & kCrossStream) != 0;
 }
 
 void order_after_writers(c10::DeviceIndex device, const StreamRef& stream, c10::ArrayRef<c10::IValue> inputs,
                          c10::ArrayRef<at::Tensor> outputs) {
+  settle_writes();            // the writes of this thread's earlier calls (Python's marks) are enqueued
   CachingAllocator& allocator = allocator_of(device);
   Waits waits;
   for (const c10::IValue& value : inputs) {
@@ -145,6 +181,7 @@ void order_after_writers(c10::DeviceIndex device, const StreamRef& stream, c10::
 
 void order_after_writers_at(c10::DeviceIndex device, const StreamRef& stream, c10::ArrayRef<uint64_t> reads,
                             c10::ArrayRef<uint64_t> writes) {
+  settle_writes();
   CachingAllocator& allocator = allocator_of(device);
   Waits waits;
   for (const uint64_t base : reads) {

@@ -494,7 +494,6 @@ class CapturedGraph:
             if not self.steps:
                 raise FLGraphCaptureError("replay", "this graph holds no capture; capture it first")
             self.instantiate()
-        from fl_runtime.ops.graph.launch_list import _run_launches
         rt = _runtime()
         stream = rt.streams.current(self.device_index)
         handle = stream.handle
@@ -502,6 +501,15 @@ class CapturedGraph:
         self.replays += 1
         if rt._cross_stream:       # other streams in use: order after their writes, then count as writer
             self._order_after_writers(rt, stream)
+            try:
+                self._enqueue(plugin, handle)
+            finally:               # the replay's writes are enqueued (bridge/csrc/stream_order.h)
+                rt.allocators[self.device_index].bridge.settle_writes()
+        else:
+            self._enqueue(plugin, handle)
+
+    def _enqueue(self, plugin, handle) -> None:
+        from fl_runtime.ops.graph.launch_list import _run_launches
         for segment in self._program:
             if isinstance(segment, _Copy):
                 plugin.check(segment.call(handle, *segment.args), f"{segment.op} in a graph replay")
