@@ -75,7 +75,7 @@ OTHER_LOG ?= .venv-torch-other.log
 TEST_WORKERS ?= 2
 test: build opencl
 	@rm -f $(OTHER_LOG) $(PLATFORM_LOG)
-	@$(MAKE) --no-print-directory test-other-torches > $(OTHER_LOG) 2>&1 & other=$$!; \
+	@nice -n 5 $(MAKE) --no-print-directory test-other-torches > $(OTHER_LOG) 2>&1 & other=$$!; \
 	$(MAKE) --no-print-directory test-platforms > $(PLATFORM_LOG) 2>&1 & platforms=$$!; \
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25; main=$$?; \
 	$(MAKE) --no-print-directory test-python-route; route=$$?; \
@@ -126,12 +126,14 @@ test-torch-%: build
 	.venv-torch-$*/bin/python -m fl_sdk test reference --profile ci -k "abi or memory or streams"
 
 # Each platform in turn (they share the machine's two cores with the main suite): a cached
-# debootstrap system, a throw-away overlay, a fresh venv, torch first, then `pip install .` and
-# the checks (tests/platforms/README.md).  Root is needed (debootstrap, chroot, mounts).
+# debootstrap system with a cached layer holding the user's venv with torch, a throw-away overlay,
+# then `pip install .` and the checks (tests/platforms/README.md).  Root is needed (debootstrap,
+# chroot, mounts).  They are the longest chain of `make test`, so they run at the main suite's
+# priority; the other minors' runs, which finish well before, yield to both (nice).
 test-platforms:
 	@if [ -z "$(strip $(PLATFORMS))" ]; then echo "platform runs left out (PLATFORMS is empty)"; exit 0; fi; \
 	if [ "$$(id -u)" != 0 ]; then echo "the platform runs need root (debootstrap, chroot); run as root or set PLATFORMS="; exit 1; fi; \
-	rc=0; for suite in $(PLATFORMS); do nice -n 5 tests/platforms/run-platform $$suite || rc=1; done; exit $$rc
+	rc=0; for suite in $(PLATFORMS); do tests/platforms/run-platform $$suite || rc=1; done; exit $$rc
 
 refresh-constraints:
 	.ci/refresh-constraints
