@@ -259,7 +259,14 @@ def test_uploads_from_threads_keep_every_value(fl):
 
 
 def _gradients(x_cpu: torch.Tensor, w_cpu: torch.Tensor, device: str) -> tuple:
-    """d/dw and d/dx of a small network's loss on `device`, and on the CPU (the reference)."""
+    """d/dw and d/dx of a small network's loss on `device`, and on the CPU (the reference).
+    On the Python route a thread other than the importing one turns the autograd engine's
+    multithreading off first, as docs/users/limits.md "Autograd and threads" asks (PyTorch's
+    Python device guard gives the engine a worker for fl:0 only); the bridge needs nothing."""
+    from fl_runtime import bridge
+    if not bridge.status().active:
+        torch.autograd.set_multithreading_enabled(False)
+
     def loss(x, w):
         hidden = torch.tanh(x @ w)
         return (hidden.softmax(-1) * hidden).sum() + (w ** 2).mean()
@@ -272,7 +279,8 @@ def _gradients(x_cpu: torch.Tensor, w_cpu: torch.Tensor, device: str) -> tuple:
 
 def test_backward_on_fl1_from_a_plain_worker_thread(fl):
     """A thread that never touched torch.fl (it starts on fl:0) runs backward over fl:1 tensors:
-    with the bridge the autograd engine's fl:1 worker runs it (docs/users/native-bridge.md)."""
+    with the bridge the autograd engine's fl:1 worker runs it (docs/users/native-bridge.md); on
+    the Python route the thread itself, after the step docs/users/limits.md names."""
     torch.manual_seed(0)
     x, w = torch.randn(16, 32), torch.randn(32, 8)
     result: dict = {}
