@@ -17,7 +17,8 @@ after the replay.  The outputs live in the graph's memory pool and the next repl
 overwrites them, so each call returns copies: a result the user keeps is never changed
 behind their back (cudagraph trees check this instead; a copy is simpler and always right).
 A graph whose capture fails (a CPU fallback, a host copy, a random op: FLGraphCaptureError)
-runs eagerly from then on; the reason is logged and kept in `why_eager`.
+runs eagerly from then on; the reason is logged and kept in `why_eager`.  So does every graph
+on the Python route (no native bridge: no torch.accelerator.Graph on fl).
 
 Installed per compile: inductor_backend.py's pass, which runs on fl graphs, sets Inductor's
 `cudagraph_policy` to `FLGraphPolicy` when reduce-overhead asked for graphs; its
@@ -30,6 +31,7 @@ import weakref
 import torch
 from torch._inductor.cudagraph_utils import CUDAGraphPolicy
 
+from fl_runtime import bridge
 from fl_runtime.devices.registry import DEVICE_TYPE
 from fl_runtime.errors import FLGraphCaptureError
 from fl_runtime.logs import logger
@@ -71,6 +73,9 @@ class ReplayedGraph:
         return bool(moved)
 
     def _capture(self, inputs: list):
+        state = bridge.status()
+        if not state.active:      # graphs on fl are the bridge's (docs/users/native-bridge.md)
+            return self._run_eagerly(inputs, f"graph capture needs the native bridge, which is {state.detail}")
         tensors = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
         self._static_ptrs = {i: inputs[i].data_ptr() for i in tensors if i in self.static_idxs}
         self._static_inputs = [x if not isinstance(x, torch.Tensor) or i in self.static_idxs
@@ -83,13 +88,16 @@ class ReplayedGraph:
             with side, graph:
                 outputs = self.model(list(self._static_inputs))
         except FLGraphCaptureError as exc:
-            self.why_eager = str(exc)
-            self._graph = self._outputs = None
-            logger.info("torch_fl: a reduce-overhead graph runs eagerly: %s", exc)
-            return self.model(inputs)
+            return self._run_eagerly(inputs, str(exc))
         self._graph, self._outputs = graph, outputs
         self.captures += 1
         return self._replay(inputs)
+
+    def _run_eagerly(self, inputs: list, why: str):
+        self.why_eager = why
+        self._graph = self._outputs = None
+        logger.info("torch_fl: a reduce-overhead graph runs eagerly: %s", why)
+        return self.model(inputs)
 
     def _replay(self, inputs: list):
         static = self._static_inputs

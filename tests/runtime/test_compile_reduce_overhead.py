@@ -10,6 +10,14 @@ import torch
 from fl_runtime.integration import reduce_overhead
 from fl_runtime.ops import accounting
 
+# Graphs need the native bridge (it registers fl's GraphImplInterface); on the Python route
+# reduce-overhead runs without graphs (docs/users/native-bridge.md, docs/users/graph-capture.md).
+_BRIDGE = "__import__('fl_runtime.bridge', fromlist=['x']).status().active"
+_needs_the_bridge = pytest.mark.skipif(
+    f"not {_BRIDGE}",
+    reason="the Python route: no torch.accelerator.Graph on fl, reduce-overhead runs without graphs "
+           "(docs/users/native-bridge.md)")
+
 
 @pytest.fixture(autouse=True)
 def fresh(fl):
@@ -33,6 +41,7 @@ def _native(op: str) -> int:
     return accounting.counts().get((op, "native"), 0)
 
 
+@_needs_the_bridge
 def test_inference_replays_instead_of_dispatching():
     cpu, model = _models()
     compiled = torch.compile(model, mode="reduce-overhead")
@@ -50,6 +59,7 @@ def test_inference_replays_instead_of_dispatching():
     assert (runner["calls"], runner["captures"], runner["replays"]) == (5, 1, 4)
 
 
+@_needs_the_bridge
 def test_training_steps_replay_forward_and_backward():
     cpu, model = _models()
     compiled = torch.compile(model, mode="reduce-overhead")
@@ -65,6 +75,7 @@ def test_training_steps_replay_forward_and_backward():
     assert len(runs) == 2 and all(r["replays"] >= 2 and r["why_eager"] is None for r in runs)
 
 
+@_needs_the_bridge
 def test_a_graph_that_cannot_be_captured_runs_eagerly_with_the_reason():
     def f(x):
         return torch.digamma(x + 1) * 2              # no fl kernel: the CPU fallback
@@ -75,3 +86,16 @@ def test_a_graph_that_cannot_be_captured_runs_eagerly_with_the_reason():
         torch.testing.assert_close(compiled(x.to("fl")).cpu(), f(x))
     [runner] = reduce_overhead.runners()
     assert runner["replays"] == 0 and "aten::digamma" in runner["why_eager"]
+
+
+@pytest.mark.skipif(_BRIDGE, reason="the Python route's fallback; the bridge replays (tests above)")
+def test_reduce_overhead_runs_without_graphs_on_the_python_route():
+    """docs/users/native-bridge.md: without the bridge reduce-overhead runs, without graphs."""
+    cpu, model = _models()
+    compiled = torch.compile(model, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(3):           # the second call is where the bridge would capture
+            x = torch.randn(3, 8)
+            torch.testing.assert_close(compiled(x.to("fl")).cpu(), cpu(x))
+    runs = reduce_overhead.runners()
+    assert runs and all(r["replays"] == 0 and "native bridge" in r["why_eager"] for r in runs)
