@@ -22,6 +22,14 @@ from fl_runtime.errors import UnsupportedOpError
 from conftest import PYTHON_ROUTE
 
 
+# torch.Generator(device="fl") needs the native bridge: on the Python route it raises
+# NativeBridgeOffError (docs/users/native-bridge.md, docs/users/limits.md), which
+# test_fl_generator_cannot_be_created_on_the_python_route checks.
+_needs_fl_generators = pytest.mark.skipif(
+    "not __import__('fl_runtime.bridge', fromlist=['x']).status().active",
+    reason="the Python route: torch.Generator(device='fl') raises NativeBridgeOffError (docs/users/native-bridge.md)")
+
+
 def _pair(seed: int = 5):
     return torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
 
@@ -101,6 +109,7 @@ def _fl_generator(seed: int, device: str = "fl:0") -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
+@_needs_fl_generators
 @pytest.mark.parametrize("name", [*ON_KERNELS, *ON_THE_CPU])
 @pytest.mark.parametrize("device", ["fl:0", "fl:1"])
 def test_fl_generator_draws_are_reproducible_and_advance(fl, name, device):
@@ -115,6 +124,7 @@ def test_fl_generator_draws_are_reproducible_and_advance(fl, name, device):
     assert other_seed.device == torch.device(device) and not torch.equal(other_seed.cpu(), a[0])
 
 
+@_needs_fl_generators
 @pytest.mark.parametrize("name", ON_KERNELS)
 def test_an_fl_generator_draws_what_the_default_generator_draws_for_its_seed(fl, name):
     draw = ON_KERNELS[name]
@@ -125,6 +135,7 @@ def test_an_fl_generator_draws_what_the_default_generator_draws_for_its_seed(fl,
     assert torch.equal(explicit.get_state(), torch.fl.get_rng_state(1))
 
 
+@_needs_fl_generators
 def test_get_state_and_set_state_replay_a_sequence(fl):
     generator = _fl_generator(5, "fl:1")
     torch.randn(10, generator=generator, device="fl:1")
@@ -143,6 +154,7 @@ def test_get_state_and_set_state_replay_a_sequence(fl):
         other.set_state(torch.zeros(8, dtype=torch.uint8))
 
 
+@_needs_fl_generators
 def test_an_fl_generator_after_a_generator_less_call_of_the_same_signature(fl):
     """The generator-less call records a launch template; the next call must draw from the
     explicit generator, not replay the device default's stream."""
@@ -208,6 +220,7 @@ def test_a_random_op_without_a_kernel_draws_from_the_device_generator_on_the_pyt
     assert result.returncode == 0 and "governed: True replayed: True" in result.stdout, result.stderr
 
 
+@_needs_fl_generators
 def test_two_threads_drawing_from_one_generator_never_draw_the_same_counters(fl):
     """Each draw reserves its counters under the generator's lock: the blocks two threads get
     are exactly the blocks one thread drawing them all in turn gets, none twice."""
@@ -268,6 +281,7 @@ DIFFUSERS_PIPELINE = """
 """
 
 
+@_needs_fl_generators
 def test_diffusers_pipeline_with_per_sample_fl_generators(python):
     """diffusers' randn_tensor and a DDPM pipeline (tiny UNet, random weights) with a list of
     fl generators, as every diffusers pipeline takes them: each sample's noise is its own

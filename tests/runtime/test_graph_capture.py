@@ -15,6 +15,14 @@ from fl_runtime.integration import process
 from fl_runtime.ops.graph import graph_capture
 
 
+# Graphs need the native bridge (it registers fl's GraphImplInterface): on the Python route
+# torch.accelerator.Graph() raises PyTorch's "not supported on device type: fl"
+# (docs/users/native-bridge.md, docs/users/graph-capture.md); the last test checks that.
+_BRIDGE = "__import__('fl_runtime.bridge', fromlist=['x']).status().active"
+_needs_the_bridge = pytest.mark.skipif(
+    f"not {_BRIDGE}", reason="the Python route: no torch.accelerator.Graph on fl (docs/users/native-bridge.md)")
+
+
 @pytest.fixture(autouse=True)
 def on_fl0(fl):
     torch.accelerator.set_device_index(0)
@@ -33,6 +41,7 @@ def _capture(fn, pool=None):
     return graph, out
 
 
+@_needs_the_bridge
 def test_replay_of_a_changed_input_equals_eager():
     model, x = _model(), torch.randn(3, 8, device="fl")
     reference = _model().cpu()
@@ -47,6 +56,7 @@ def test_replay_of_a_changed_input_equals_eager():
             torch.testing.assert_close(y.cpu(), reference(x.cpu()))
 
 
+@_needs_the_bridge
 def test_capture_records_instead_of_running():
     """A captured launch runs at replay only: the output holds nothing computed before it."""
     x = torch.ones(4, device="fl")
@@ -68,6 +78,7 @@ def graph_capture_of(graph) -> graph_capture.CapturedGraph:
     return found[-1]
 
 
+@_needs_the_bridge
 def test_in_place_on_an_input_accumulates_per_replay():
     x = torch.zeros(5, device="fl")
     graph, _ = _capture(lambda: x.add_(1))
@@ -76,6 +87,7 @@ def test_in_place_on_an_input_accumulates_per_replay():
     assert x.cpu().tolist() == [4.0] * 5
 
 
+@_needs_the_bridge
 def test_a_cpu_fallback_fails_the_capture_naming_the_op():
     x = torch.rand(4, device="fl") + 1
     graph = torch.accelerator.Graph()
@@ -86,6 +98,7 @@ def test_a_cpu_fallback_fails_the_capture_naming_the_op():
     assert torch.allclose(torch.digamma(x).cpu(), torch.digamma(x.cpu()))
 
 
+@_needs_the_bridge
 @pytest.mark.parametrize("sync", [lambda x: x.sum().item(), lambda x: x.cpu(),
                                   lambda x: x + torch.ones(4)])
 def test_host_round_trips_fail_the_capture(sync):
@@ -95,12 +108,14 @@ def test_host_round_trips_fail_the_capture(sync):
             sync(x)
 
 
+@_needs_the_bridge
 def test_random_ops_fail_the_capture():
     with pytest.raises(FLGraphCaptureError, match="random"):
         with torch.Stream(device="fl"), torch.accelerator.Graph():
             torch.rand(4, device="fl")
 
 
+@_needs_the_bridge
 def test_an_error_swallowed_inside_the_capture_still_fails_it():
     x = torch.ones(4, device="fl")
     graph = torch.accelerator.Graph()
@@ -112,6 +127,7 @@ def test_an_error_swallowed_inside_the_capture_still_fails_it():
                 pass
 
 
+@_needs_the_bridge
 def test_reset_then_recapture():
     x = torch.ones(3, device="fl")
     graph, y = _capture(lambda: x * 2)
@@ -126,6 +142,7 @@ def test_reset_then_recapture():
     assert z.cpu().tolist() == [5.0] * 3
 
 
+@_needs_the_bridge
 def test_graphs_share_a_pool_and_it_outlives_them_while_tensors_hold_it():
     x = torch.ones(1024, device="fl")
     first, a = _capture(lambda: x + 1)
@@ -146,6 +163,7 @@ def test_graphs_share_a_pool_and_it_outlives_them_while_tensors_hold_it():
     assert pool not in graph_capture._pools
 
 
+@_needs_the_bridge
 def test_capture_leaves_other_streams_running_eagerly():
     x = torch.ones(4, device="fl")
     other = torch.Stream(device="fl")
@@ -162,6 +180,7 @@ def test_capture_leaves_other_streams_running_eagerly():
     assert captured.cpu().tolist() == [9.0] * 4
 
 
+@_needs_the_bridge
 def test_one_capture_at_a_time():
     first = torch.accelerator.Graph()
     with torch.Stream(device="fl"):
@@ -177,6 +196,7 @@ def test_one_capture_at_a_time():
             first.capture_end()
 
 
+@_needs_the_bridge
 def test_debug_dump_lists_the_launches(tmp_path):
     x = torch.ones(4, device="fl")
     graph = torch.accelerator.Graph()
@@ -188,6 +208,7 @@ def test_debug_dump_lists_the_launches(tmp_path):
     assert [line.split("\t")[2] for line in lines] == ["aten::mul.Tensor", "aten::add_.Tensor"]
 
 
+@_needs_the_bridge
 def test_an_op_that_runs_without_a_recordable_launch_fails_the_capture(monkeypatch):
     """A path that launched past the capture's hooks (here: hooks that record nothing) would
     leave the replay without that op: the capture fails instead of replaying wrong results."""
@@ -198,6 +219,7 @@ def test_an_op_that_runs_without_a_recordable_launch_fails_the_capture(monkeypat
             x * 2
 
 
+@_needs_the_bridge
 def test_a_training_step_backward_included_replays_like_eager():
     """backward() inside the capture: the autograd engine's launches run on the capturing
     stream (its device thread), so they are recorded too."""
@@ -222,6 +244,7 @@ def test_a_training_step_backward_included_replays_like_eager():
             torch.testing.assert_close(ours.grad.cpu(), theirs.grad)
 
 
+@_needs_the_bridge
 def test_a_launch_failing_at_replay_raises_naming_the_op(monkeypatch):
     from fl_runtime.errors import GraphReplayError
     from fl_runtime.ops.graph import launch_list
@@ -232,6 +255,7 @@ def test_a_launch_failing_at_replay_raises_naming_the_op(monkeypatch):
         graph.replay()
 
 
+@_needs_the_bridge
 def test_a_side_stream_reading_a_replays_output_waits_for_the_replay():
     """Once a second stream exists, work that touches a block another stream wrote last waits for
     it (docs/users/devices.md): a replay's writes count, its static output and the static input it
@@ -260,6 +284,7 @@ def test_a_side_stream_reading_a_replays_output_waits_for_the_replay():
         assert torch.equal(counted.cpu(), torch.full((600, 600), float(replay + 1)))
 
 
+@_needs_the_bridge
 def test_a_replayed_in_place_list_op_counts_its_tensors_as_written():
     """`_foreach_add_` writes a list and returns nothing (an optimizer step's shape): a side
     stream reading the list after a replay waits for it."""
@@ -283,3 +308,9 @@ def test_a_replayed_in_place_list_op_counts_its_tensors_as_written():
         side.synchronize()
         for value in seen:
             torch.testing.assert_close(value.cpu(), product * (replay + 1), rtol=1e-4, atol=5e-2)
+
+
+@pytest.mark.skipif(_BRIDGE, reason="the Python route's error; the bridge's graphs: the tests above")
+def test_no_graph_on_the_python_route():
+    with pytest.raises(RuntimeError, match="not supported on device type: fl"):
+        torch.accelerator.Graph()

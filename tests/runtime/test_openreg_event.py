@@ -10,6 +10,17 @@ import pytest
 import torch
 
 
+# On the Python route PyTorch's generic torch.Event on fl is inert (records nothing: event_id
+# stays 0; synchronize and elapsed_time raise PyTorch's "Backend doesn't support ...") and
+# torch.Stream is fl:0's default stream (docs/users/limits.md "PyTorch's generic streams, events
+# and graphs"); test_torch_event_is_inert_on_the_python_route checks that.
+_BRIDGE = "__import__('fl_runtime.bridge', fromlist=['x']).status().active"
+_needs_the_bridge = pytest.mark.skipif(
+    f"not {_BRIDGE}",
+    reason="the Python route: torch.Event on fl is inert and torch.Stream is fl:0's default stream "
+           "(docs/users/native-bridge.md, docs/users/limits.md)")
+
+
 @pytest.fixture(autouse=True)
 def on_fl0(fl):
     torch.accelerator.set_device_index(0)
@@ -17,6 +28,7 @@ def on_fl0(fl):
     torch.accelerator.set_device_index(0)
 
 
+@_needs_the_bridge
 def test_event_create():
     for device in ("fl", "fl:1"):
         event = torch.Event(device=device)
@@ -27,6 +39,7 @@ def test_event_create():
     assert (event.device.type, event.device.index) == ("fl", 1) and event.event_id != 0
 
 
+@_needs_the_bridge
 def test_event_query():
     assert torch.Event().query()                # never recorded: nothing to wait for
     event = torch.Stream(device="fl:1").record_event()
@@ -34,12 +47,14 @@ def test_event_query():
     assert event.query()
 
 
+@_needs_the_bridge
 def test_event_record():
     stream = torch.Stream(device="fl:1")
     first, second = stream.record_event(), stream.record_event()
     assert 0 != first.event_id != second.event_id != 0
 
 
+@_needs_the_bridge
 def test_event_elapsed_time():
     stream = torch.Stream(device="fl:1")
     start = torch.Event(device="fl:1", enable_timing=True)
@@ -62,6 +77,7 @@ def test_event_wait_stream():
     torch.testing.assert_close(total.cpu(), (x.cpu() @ x.cpu()).sum(), rtol=1e-4, atol=1e-2)
 
 
+@_needs_the_bridge
 def test_event_synchronize():
     event = torch.Event(device="fl")
     assert event.query()
@@ -70,6 +86,7 @@ def test_event_synchronize():
     assert event.query()
 
 
+@_needs_the_bridge
 def test_event_different_devices():
     event0, event1 = torch.Event(device="fl:0"), torch.Event(device="fl:1")
     event0.record(torch.Stream(device="fl:0"))
@@ -107,6 +124,7 @@ def test_device_synchronization():
     torch.testing.assert_close(result.cpu(), (x.cpu() @ y.cpu()).sum(), rtol=1e-4, atol=1e-2)
 
 
+@_needs_the_bridge
 def test_blocking_vs_non_blocking_synchronization():
     stream = torch.Stream(device="fl:0")
     event = torch.Event(device="fl:0")
@@ -126,6 +144,7 @@ def test_blocking_vs_non_blocking_synchronization():
     assert second.query()
 
 
+@_needs_the_bridge
 def test_interleaved_stream_operations():
     stream = torch.Stream(device="fl:0")
     x, y = torch.randn(50, 50, device="fl:0"), torch.randn(50, 50, device="fl:0")
@@ -138,6 +157,7 @@ def test_interleaved_stream_operations():
     assert first.query() and second.query()
 
 
+@_needs_the_bridge
 def test_multiple_streams_wait_same_event():
     streams = [torch.Stream(device="fl:0") for _ in range(3)]
     assert streams[0].stream_id != streams[1].stream_id != streams[2].stream_id
@@ -173,6 +193,7 @@ def test_event_lifecycle():
     assert all(e.query() for e in events)
 
 
+@_needs_the_bridge
 def test_generic_stream_event():
     stream = torch.Stream("fl")
     assert stream.device_index == torch.accelerator.current_device_index()
@@ -198,3 +219,23 @@ def test_stream_compatibility():
         assert torch.accelerator.current_stream().stream_id == second.stream_id
     finally:
         torch.accelerator.set_stream(original)
+
+
+@pytest.mark.skipif(_BRIDGE, reason="the Python route's behaviour; the bridge's events: the tests above")
+def test_torch_event_is_inert_on_the_python_route():
+    stream = torch.Stream(device="fl:1")
+    assert (stream.device_index, stream.stream_id) == (0, 0)        # fl:0's default stream
+    event = torch.Event(device="fl:1")
+    event.record(stream)
+    assert event.event_id == 0 and event.query()                    # nothing recorded
+    with pytest.raises(RuntimeError, match="Backend doesn't support synchronizing events"):
+        event.synchronize()
+    start, end = torch.Event(device="fl", enable_timing=True), torch.Event(device="fl", enable_timing=True)
+    start.record()
+    end.record()
+    with pytest.raises(RuntimeError, match="Backend doesn't support elapsedTime"):
+        start.elapsed_time(end)
+    native = torch.fl.Event(enable_timing=True)                     # torch.fl's events work
+    native.record()
+    native.synchronize()
+    assert native.query()

@@ -25,6 +25,9 @@ import torch
 from torch.serialization import safe_globals
 
 
+@pytest.mark.skipif("not __import__('fl_runtime.bridge', fromlist=['x']).status().active",
+                    reason="the Python route: pin_memory() is an ordinary CPU copy, is_pinned() False "
+                           "(docs/users/limits.md); tests/runtime/test_pinned_memory.py checks it")
 def test_rewrapped_storage(fl):
     pinned = torch.randn(10).pin_memory()
     rewrapped = torch.tensor((), dtype=torch.float32).set_(pinned.untyped_storage()[2:], size=(5,), stride=(1,),

@@ -19,9 +19,9 @@ def on_fl0(fl):
     torch.accelerator.set_device_index(0)
 
 
-# On the Python route torch.Stream is fl:0's default stream, whatever device it names
-# (PyTorch's Python device guard; docs/users/limits.md "Tensors and devices"); the bridge's
-# guard makes the stream asked for.
+# On the Python route torch.Stream is fl:0's default stream, whatever device it names (PyTorch's
+# Python device guard; docs/users/limits.md "PyTorch's generic streams, events and graphs"); the
+# bridge's guard makes the stream asked for.
 _needs_the_bridge = pytest.mark.skipif(
     "not __import__('fl_runtime.bridge', fromlist=['x']).status().active",
     reason="the Python route: torch.Stream(device='fl:1') is fl:0's default stream (docs/users/limits.md)")

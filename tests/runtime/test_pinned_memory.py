@@ -16,6 +16,15 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from fl_runtime.ops.owned.copies import STAGE_BYTES
 
+# Pinned host memory needs the native bridge: on the Python route pin_memory() is an ordinary CPU
+# copy (one warning), is_pinned() False, and pin_memory=True factories raise PyTorch's
+# NotImplementedError (docs/users/limits.md, docs/users/native-bridge.md); the last test checks it.
+# The non_blocking uploads below hold on both routes.
+_BRIDGE = "__import__('fl_runtime.bridge', fromlist=['x']).status().active"
+_needs_the_bridge = pytest.mark.skipif(
+    f"not {_BRIDGE}", reason="the Python route: no pinned host memory, pin_memory() is an ordinary copy "
+                             "(docs/users/limits.md)")
+
 # Element counts of float32 sources: staged by the runtime, and large enough to be waited for.
 SIZES = [STAGE_BYTES // 4 // 2, STAGE_BYTES // 4 * 4]
 
@@ -28,6 +37,7 @@ def _keep_busy(device: str) -> torch.Tensor:
     return a
 
 
+@_needs_the_bridge
 def test_pin_memory_pins_a_copy_with_the_same_values(fl):
     source = torch.randn(1000)
     pinned = source.pin_memory()
@@ -36,6 +46,7 @@ def test_pin_memory_pins_a_copy_with_the_same_values(fl):
     assert pinned.pin_memory() is pinned                  # already pinned: the same tensor
 
 
+@_needs_the_bridge
 def test_pin_memory_factories_give_pinned_host_tensors(fl):
     for tensor in (torch.empty(100, pin_memory=True), torch.zeros(3, 5, pin_memory=True),
                    torch.empty_like(torch.ones(7), pin_memory=True)):
@@ -59,6 +70,7 @@ def test_non_blocking_upload_from_pinned_memory_is_exact_and_safe_to_reuse(fl, n
     assert torch.equal(arrived.cpu(), expected) and torch.equal(into.cpu(), expected)
 
 
+@_needs_the_bridge
 @pytest.mark.parametrize("n", SIZES)
 def test_non_blocking_download_into_pinned_memory_is_exact(fl, n):
     on_device = torch.randn(n, device="fl:1")
@@ -72,6 +84,7 @@ def test_non_blocking_download_into_pinned_memory_is_exact(fl, n):
     assert torch.equal(into, expected) and torch.equal(moved, expected)
 
 
+@_needs_the_bridge
 def test_dataloader_pins_batches_from_worker_processes(fl):
     data = torch.arange(64 * 6, dtype=torch.float32).reshape(64, 6)
     labels = torch.arange(64)
@@ -85,6 +98,7 @@ def test_dataloader_pins_batches_from_worker_processes(fl):
     assert torch.equal(torch.cat(seen), data * 2)
 
 
+@_needs_the_bridge
 def test_pinned_blocks_come_from_the_plugins_host_memory_extension(python):
     """The reference vendor offers ABI 1.2's host-memory extension: pinned blocks are its
     page-locked ones (fl_host_memory.h), freed back to it by empty_host_cache()."""
@@ -111,3 +125,21 @@ def test_pinned_blocks_come_from_the_plugins_host_memory_extension(python):
     assert result.returncode == 0, result.stderr
     got = __import__("json").loads(result.stdout.splitlines()[-1])
     assert got == {"ok": True, "alloc": 1, "free": 1}
+
+
+@pytest.mark.skipif(_BRIDGE, reason="the Python route's fallback; the bridge's pinned memory: the tests above")
+def test_pinning_is_an_ordinary_copy_with_a_warning_on_the_python_route(fl, monkeypatch):
+    from fl_runtime.ops.owned import copies
+    monkeypatch.setattr(copies, "_pin_warned", False)      # one warning per process: see it here
+    source = torch.randn(1000)
+    with pytest.warns(UserWarning, match="pinned host memory needs the native bridge"):
+        copy = source.pin_memory()
+    assert not copy.is_pinned() and copy.data_ptr() != source.data_ptr() and torch.equal(copy, source)
+    with pytest.raises(NotImplementedError, match="getPinnedMemoryAllocator"):
+        torch.empty(10, pin_memory=True)
+    on_device = torch.arange(300.0, device="fl:1").mul_(3)
+    assert torch.equal(on_device.to("cpu", non_blocking=True), torch.arange(300.0) * 3)   # final at once
+    data = torch.arange(8 * 6, dtype=torch.float32).reshape(8, 6)
+    for batch, in DataLoader(TensorDataset(data), batch_size=4, pin_memory=True):
+        assert not batch.is_pinned()
+        assert torch.equal(batch.to("fl:1", non_blocking=True).cpu(), batch)

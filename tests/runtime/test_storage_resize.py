@@ -14,6 +14,15 @@ import torch
 from conftest import run_python
 
 
+# On the Python route UntypedStorage.resize_() raises NativeBridgeOffError (test_storage.py checks
+# it) and t.resize_ past its storage moves t to a new storage of its own, at offset 0, so earlier
+# views keep the old memory (docs/users/limits.md, docs/users/native-bridge.md); the last test checks that.
+_BRIDGE = "__import__('fl_runtime.bridge', fromlist=['x']).status().active"
+_needs_the_bridge = pytest.mark.skipif(
+    f"not {_BRIDGE}", reason="the Python route: UntypedStorage.resize_ raises NativeBridgeOffError, t.resize_ "
+                             "moves t to a new storage (docs/users/limits.md, docs/users/native-bridge.md)")
+
+
 @pytest.fixture(autouse=True)
 def on_fl0(fl):
     torch.fl.set_device(0)
@@ -21,6 +30,7 @@ def on_fl0(fl):
     torch.fl.set_device(0)
 
 
+@_needs_the_bridge
 def test_resize_to_zero_and_back_keeps_the_prefix_and_the_storage(fl):
     values = torch.randn(256)
     t = values.to("fl:0")
@@ -37,6 +47,7 @@ def test_resize_to_zero_and_back_keeps_the_prefix_and_the_storage(fl):
     assert torch.equal(torch.empty(0, device="fl:0").set_(storage)[:100].cpu(), values[:100])
 
 
+@_needs_the_bridge
 def test_growing_a_storage_that_views_share(fl):
     base = torch.arange(64, dtype=torch.float32, device="fl:0")
     view = base[10:20]
@@ -49,6 +60,7 @@ def test_growing_a_storage_that_views_share(fl):
     assert view[2].item() == -5.0 and strided[4, 1].item() == -5.0
 
 
+@_needs_the_bridge
 def test_growing_a_tensor_grows_its_storage_in_place(fl):
     """Tensor.resize_ past its storage: as on the CPU, earlier views keep sharing the memory."""
     x = torch.arange(4, dtype=torch.float32, device="fl:0")
@@ -63,6 +75,7 @@ def test_growing_a_tensor_grows_its_storage_in_place(fl):
     assert x.untyped_storage().nbytes() == cpu.untyped_storage().nbytes()
 
 
+@_needs_the_bridge
 def test_resizing_on_fl1_while_fl0_is_current(fl):
     values = torch.randn(300)
     t = values.to("fl:1")
@@ -76,6 +89,7 @@ def test_resizing_on_fl1_while_fl0_is_current(fl):
     assert torch.fl.current_device() == 0
 
 
+@_needs_the_bridge
 def test_memory_statistics_follow_the_resizes(fl):
     torch.fl.empty_cache()
     before = torch.fl.memory_allocated(1)
@@ -91,6 +105,7 @@ def test_memory_statistics_follow_the_resizes(fl):
     assert torch.fl.memory_allocated(1) == before
 
 
+@_needs_the_bridge
 def test_a_storage_that_borrows_its_memory_is_not_resized(fl):
     """As on the CPU: a storage over memory it does not own (no deleter) is not resizable and
     is refused, leaving the memory alone; the runtime's own storages resize (and stay so)."""
@@ -111,7 +126,7 @@ def test_a_storage_that_borrows_its_memory_is_not_resized(fl):
 
 @pytest.mark.parametrize("start, offset, sizes", [
     (0, 0, [(5,), (5,), (2, 3), (0,), (40,)]),          # what arange(out=) does: grow an empty one
-    (16, 4, [(3, 2), (12,), (30,), (1, 1, 1)]),          # a view with a storage offset
+    pytest.param(16, 4, [(3, 2), (12,), (30,), (1, 1, 1)], marks=_needs_the_bridge),   # a view with an offset
 ])
 def test_tensor_resize_keeps_values_and_strides_as_on_the_cpu(fl, start, offset, sizes):
     """Tensor.resize_ in every step: the kept prefix, the sizes, the strides and the storage
@@ -176,3 +191,16 @@ def test_steady_state_resize_is_served_in_cpp(fl):
     assert figures["steady"] == [0, 0], figures
     assert figures["memory_format"][0] == 1 and figures["memory_format"][1] >= 1, figures
     assert figures["values"]
+
+
+@pytest.mark.skipif(_BRIDGE, reason="the Python route's behaviour; the bridge's: the tests above")
+def test_tensor_resize_moves_the_tensor_to_a_new_storage_on_the_python_route():
+    x = torch.arange(4, dtype=torch.float32, device="fl:0")
+    head, tail = x[:2], x[2:]
+    tail.resize_(10)                                       # a view with an offset, grown: offset 0 now
+    assert tail.storage_offset() == 0 and torch.equal(tail[:2].cpu(), torch.tensor([2.0, 3.0]))
+    x.resize_(100)
+    x[0] = 7.0
+    assert x.untyped_storage().data_ptr() != head.untyped_storage().data_ptr()
+    assert torch.equal(x[:4].cpu(), torch.tensor([7.0, 1.0, 2.0, 3.0]))
+    assert torch.equal(head.cpu(), torch.tensor([0.0, 1.0]))   # the earlier view keeps the old memory
