@@ -65,24 +65,27 @@ opencl: build opencl-deps
 		$(PY) -m pip install --quiet --no-build-isolation --no-deps --upgrade --target $(OPENCL_SITE) ./plugins/opencl; \
 	else echo "opencl-c-headers missing: the OpenCL plugin is not built"; fi
 
-# The other minors' runs (mostly large installs, then a few minutes of tests each) overlap the
-# main suite, one after the other; their logs are printed when all are done, and any failing
-# fails `make test`.
+# The main suite is the longest chain of `make test`.  Beside it, under nice so it is never
+# slowed for them: the other minors' runs (mostly large installs, then a few minutes of tests
+# each, one after the other), the platform runs and the Python route.  Their logs are printed
+# when all are done, and any failing fails `make test`.
 OTHER_LOG ?= .venv-torch-other.log
+ROUTE_LOG ?= .python-route.log
 # pytest-xdist workers for the main suite; whole test files go to one worker (--dist loadfile), so
 # a module's fixtures (the conformance run, the plugin builds) are made once.  TEST_WORKERS=0 runs
 # it in one process.
 TEST_WORKERS ?= 2
 test: build opencl
-	@rm -f $(OTHER_LOG) $(PLATFORM_LOG)
+	@rm -f $(OTHER_LOG) $(PLATFORM_LOG) $(ROUTE_LOG)
 	@nice -n 5 $(MAKE) --no-print-directory test-other-torches > $(OTHER_LOG) 2>&1 & other=$$!; \
-	$(MAKE) --no-print-directory test-platforms > $(PLATFORM_LOG) 2>&1 & platforms=$$!; \
+	nice -n 5 $(MAKE) --no-print-directory test-platforms > $(PLATFORM_LOG) 2>&1 & platforms=$$!; \
+	nice -n 5 $(MAKE) --no-print-directory test-python-route > $(ROUTE_LOG) 2>&1 & route=$$!; \
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25; main=$$?; \
-	$(MAKE) --no-print-directory test-python-route; route=$$?; \
-	wait $$other; otherrc=$$?; wait $$platforms; platformrc=$$?; \
+	wait $$route; routerc=$$?; wait $$other; otherrc=$$?; wait $$platforms; platformrc=$$?; \
+	echo "---- Python route, exit status $$routerc (log: $(ROUTE_LOG))"; cat $(ROUTE_LOG); \
 	echo "---- PyTorch $(OTHER_TORCHES) runs, exit status $$otherrc (log: $(OTHER_LOG))"; cat $(OTHER_LOG); \
 	echo "---- platforms $(PLATFORMS), exit status $$platformrc (log: $(PLATFORM_LOG))"; cat $(PLATFORM_LOG); \
-	test $$main -eq 0 && test $$route -eq 0 && test $$otherrc -eq 0 && test $$platformrc -eq 0
+	test $$main -eq 0 && test $$routerc -eq 0 && test $$otherrc -eq 0 && test $$platformrc -eq 0
 
 # One level of the suite (docs/contributors/testing.md "Layout of the tests"), with the same set-up
 # as `make test`: make test-level LEVEL=runtime (abi, runtime, e2e, sdk, platforms, house).
@@ -128,8 +131,7 @@ test-torch-%: build
 # Each platform in turn (they share the machine's two cores with the main suite): a cached
 # debootstrap system with a cached layer holding the user's venv with torch, a throw-away overlay,
 # then `pip install .` and the checks (tests/platforms/README.md).  Root is needed (debootstrap,
-# chroot, mounts).  They are the longest chain of `make test`, so they run at the main suite's
-# priority; the other minors' runs, which finish well before, yield to both (nice).
+# chroot, mounts).
 test-platforms:
 	@if [ -z "$(strip $(PLATFORMS))" ]; then echo "platform runs left out (PLATFORMS is empty)"; exit 0; fi; \
 	if [ "$$(id -u)" != 0 ]; then echo "the platform runs need root (debootstrap, chroot); run as root or set PLATFORMS="; exit 1; fi; \
