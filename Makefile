@@ -65,10 +65,10 @@ opencl: build opencl-deps
 		$(PY) -m pip install --quiet --no-build-isolation --no-deps --upgrade --target $(OPENCL_SITE) ./plugins/opencl; \
 	else echo "opencl-c-headers missing: the OpenCL plugin is not built"; fi
 
-# The main suite is the longest chain of `make test`.  Beside it, under nice so it is never
-# slowed for them: the other minors' runs (mostly large installs, then a few minutes of tests
-# each, one after the other), the platform runs and the Python route.  Their logs are printed
-# when all are done, and any failing fails `make test`.
+# The main suite is the longest chain of `make test`.  Beside it: the other minors' runs (mostly
+# large installs, then a few minutes of tests each, one after the other; at full priority they end
+# well before it, under nice they ended after it), and under nice the platform runs and the Python
+# route.  Their logs are printed when all are done, and any failing fails `make test`.
 OTHER_LOG ?= .venv-torch-other.log
 ROUTE_LOG ?= .python-route.log
 # pytest-xdist workers for the main suite; whole test files go to one worker (--dist loadfile), so
@@ -77,7 +77,7 @@ ROUTE_LOG ?= .python-route.log
 TEST_WORKERS ?= 2
 test: build opencl
 	@rm -f $(OTHER_LOG) $(PLATFORM_LOG) $(ROUTE_LOG)
-	@nice -n 5 $(MAKE) --no-print-directory test-other-torches > $(OTHER_LOG) 2>&1 & other=$$!; \
+	@$(MAKE) --no-print-directory test-other-torches > $(OTHER_LOG) 2>&1 & other=$$!; \
 	nice -n 5 $(MAKE) --no-print-directory test-platforms > $(PLATFORM_LOG) 2>&1 & platforms=$$!; \
 	nice -n 5 $(MAKE) --no-print-directory test-python-route > $(ROUTE_LOG) 2>&1 & route=$$!; \
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25; main=$$?; \
