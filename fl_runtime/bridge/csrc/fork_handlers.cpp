@@ -32,6 +32,7 @@ void after_fork_in_child() {
   unlock_allocators_after_fork();
   unlock_uploads_after_fork();
   unlock_streams_after_fork();
+  forget_vendor_in_forked_child();
   set_switch(kDisabled, true);
 }
 

@@ -9,7 +9,9 @@
 //  - in the child, the C++ steady state is switched off (fast_path_switches.h kDisabled): every
 //    fl op then takes its Python kernel, which raises FLBadForkError as the fork policy says
 //    (fl_runtime/integration/fork.py, docs/users/devices.md): the driver state a C++ launch
-//    would use is not valid there.
+//    would use is not valid there;
+//  - in the child, the upload holders stop querying their events (pending_uploads.h): a lock
+//    inside the vendor that another thread of the parent held at the fork stays held there.
 // PyTorch's CUDA side only marks such a child bad (torch/csrc/cuda/Module.cpp, a child
 // handler of pthread_atfork); its allocator is not reached there.  Ours is: the child still
 // frees the fl tensors it inherited.

@@ -39,9 +39,11 @@ class DeviceUploads {
   }
 
   // Finished copies are retired first (an error status is left for the next hold to raise).
-  std::pair<uint64_t, uint64_t> figures(const VendorDevice& vendor) {
+  std::pair<uint64_t, uint64_t> figures(const VendorDevice& vendor, bool may_call_vendor) {
     std::lock_guard<std::mutex> lock(mutex_);
-    retire(vendor);
+    if (may_call_vendor) {
+      retire(vendor);
+    }
     return {pending_.size(), bytes_};
   }
 
@@ -93,6 +95,7 @@ std::vector<DeviceUploads*>* g_devices = nullptr;
 std::atomic<bool> g_configured{false};
 std::atomic<uint64_t> g_limit_copies{UploadLimits{}.copies};
 std::atomic<uint64_t> g_limit_bytes{UploadLimits{}.bytes};
+std::atomic<bool> g_forked_child{false};          // forget_vendor_in_forked_child
 
 UploadLimits limits() noexcept {
   return {g_limit_copies.load(std::memory_order_relaxed), g_limit_bytes.load(std::memory_order_relaxed)};
@@ -129,7 +132,11 @@ std::pair<uint64_t, uint64_t> pending_uploads(c10::DeviceIndex device, const Ven
   if (!pending_uploads_configured() || device < 0 || static_cast<size_t>(device) >= g_devices->size()) {
     return {0, 0};
   }
-  return (*g_devices)[device]->figures(vendor);
+  return (*g_devices)[device]->figures(vendor, !g_forked_child.load(std::memory_order_relaxed));
+}
+
+void forget_vendor_in_forked_child() noexcept {
+  g_forked_child.store(true, std::memory_order_relaxed);
 }
 
 void lock_uploads_for_fork() noexcept {

@@ -48,5 +48,9 @@ std::pair<uint64_t, uint64_t> pending_uploads(c10::DeviceIndex device, const Ven
 // Every holder's mutex, in device order, across fork() (fork_handlers.h).
 void lock_uploads_for_fork() noexcept;
 void unlock_uploads_after_fork() noexcept;
+// In a forked child: the holders never call the vendor again (its driver state, a lock another
+// thread of the parent held at the fork included, is not valid there), so pending_uploads
+// counts what the child inherited instead of querying its events.
+void forget_vendor_in_forked_child() noexcept;
 
 }  // namespace fl_bridge
