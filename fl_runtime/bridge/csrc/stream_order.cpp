@@ -42,7 +42,7 @@ void use_base(CachingAllocator& allocator, const StreamRef& stream, uint64_t bas
     waits.push_back({base, writer, version});
   }
   if (writes) {
-    t_unsettled.push_back({&allocator, base, stream.id()});
+    note_unsettled_write(allocator, base, stream.id());
   }
 }
 
