@@ -50,13 +50,15 @@ def _prebuild_bridge(build_lib: Path) -> None:
     installed into already has torch: the build runs the target interpreter in isolated mode
     (-I: pip's build-environment path is dropped, so the target's site-packages, and its torch,
     are seen).  Without torch there, or without a C++ compiler, the runtime takes the Python route
-    and names `torch-fl build-bridge` at its first fl use (a start never compiles)."""
+    and names `torch-fl build-bridge` at its first fl use (a start never compiles); a failed
+    build leaves its error in the wheel, which that first use names (pip hides this output)."""
     builder = ROOT / "fl_runtime" / "bridge" / "build.py"
     into = build_lib / "fl_runtime" / "bridge" / "_prebuilt"
     script = (f"import importlib.util as u, sys; s = u.spec_from_file_location('fl_bridge_build', {str(builder)!r}); "
               f"b = sys.modules['fl_bridge_build'] = u.module_from_spec(s); s.loader.exec_module(b); "
-              f"print(b.ensure_built(into=__import__('pathlib').Path({str(into)!r}), announce=print))")
-    found = subprocess.run([sys.executable, "-I", "-c", "import torch"], capture_output=True)
+              f"print(b.build_into_wheel(__import__('pathlib').Path({str(into)!r}), announce=print))")
+    found = subprocess.run([sys.executable, "-I", "-c", "import torch; print(torch.__version__)"],
+                           capture_output=True, text=True)
     if found.returncode != 0:
         print("torch-fl: torch is not installed where torch-fl goes: run `torch-fl build-bridge` after installing it")
         return
@@ -66,7 +68,11 @@ def _prebuild_bridge(build_lib: Path) -> None:
     if result.returncode == 0:
         print(f"torch-fl: built the native bridge: {result.stdout.strip().splitlines()[-1]}")
     else:
-        reason = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        lines = result.stderr.strip().splitlines() or [f"the build ended with exit status {result.returncode}"]
+        bridge_build = _load_by_path(builder)
+        if not (into / bridge_build.INSTALL_FAILURE).exists():     # it died before it could say
+            bridge_build.record_install_failure(into, "\n".join(lines[-15:]), found.stdout.strip())
+        reason = lines[-1]
         print(f"torch-fl: the native bridge was not built ({reason}); `torch-fl build-bridge` builds it later")
 
 
@@ -86,7 +92,7 @@ def _write_abi_module(build_lib: Path) -> None:
 
 def _load_by_path(path: Path):
     spec = importlib.util.spec_from_file_location(f"_torch_fl_build_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)   # dataclasses look it up
     spec.loader.exec_module(module)
     return module
 

@@ -74,6 +74,9 @@ def _not_built(build) -> str:
         build.compiler()
     except build.BridgeBuildError as exc:
         text += f"; {exc}"
+    failure = build.install_failure()
+    if failure is not None:
+        text += f"; building it at pip install (torch {failure.get('torch')}) failed: {failure.get('error')}"
     return text
 
 

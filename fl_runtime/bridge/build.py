@@ -18,7 +18,8 @@ image without one loads the bridge built for it).  `find_built()` looks in the p
 is used only when the manifest names the same key and the library's hash matches, so a stale
 or corrupt entry is rebuilt, never loaded.  Builds run under an exclusive file lock per key
 (eight ranks building at once build once), in a temporary folder renamed into place.
-`CXX` may carry arguments (`CXX="ccache g++"`); `FL_WERROR=1` adds -Werror (our CI).
+`CXX` may carry arguments (`CXX="ccache g++"`); `FL_WERROR=1` adds -Werror (our CI); `MAX_JOBS`
+caps the parallel compilers.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -47,7 +49,11 @@ LIBRARY = "_fl_bridge.so"
 MANIFEST = "manifest.json"
 # Shipped by a wheel built where torch was importable (setup.py), checked before the cache.
 PREBUILT = Path(__file__).resolve().parent / "_prebuilt"
+# Why the wheel's build failed, beside its (missing) entry: pip hides a build's output, so the
+# first fl use names it instead (fl_runtime/bridge/__init__.py).
+INSTALL_FAILURE = "install-failure.json"
 CACHE_ENV = "TORCH_FL_CACHE_DIR"
+MAX_JOBS_ENV = "MAX_JOBS"   # parallel compilers, as torch.utils.cpp_extension reads it
 WERROR_ENV = "FL_WERROR"     # the switch fl_sdk/build.py reads too: warnings fail the build (CI)
 BUILD_COMMAND = "torch-fl build-bridge"
 _TYPICAL_SECONDS = 60        # said before the first build on a machine (no timing recorded yet)
@@ -176,6 +182,37 @@ def ensure_built(chain: Target | None = None, *, announce=None, into: Path | Non
         return _build_entry(chain, compiler(), key, root, announce or _say)
 
 
+def build_into_wheel(into: Path, announce=None) -> Path:
+    """setup.py's build into the wheel's `_prebuilt/`.  A failure is kept there as
+    INSTALL_FAILURE (the torch version and the error) before it is raised."""
+    try:
+        return ensure_built(into=into, announce=announce)
+    except Exception as exc:
+        record_install_failure(into, str(exc))
+        raise
+
+
+def record_install_failure(into: Path, error: str, torch_version: str | None = None) -> None:
+    into.mkdir(parents=True, exist_ok=True)
+    (into / INSTALL_FAILURE).write_text(json.dumps({"torch": torch_version or _installed_torch(), "error": error}))
+
+
+def install_failure() -> dict | None:
+    """What the wheel's build at `pip install` recorded when it failed, else None."""
+    try:
+        return json.loads((PREBUILT / INSTALL_FAILURE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _installed_torch() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
 def werror_asked() -> bool:
     return os.environ.get(WERROR_ENV, "") not in ("", "0")
 
@@ -205,7 +242,7 @@ def _build_entry(chain: Target, cxx: list[str], key: str, root: Path, announce) 
     try:
         sources = sorted(CSRC.glob("*.cpp"))
         objects = [work / f"{source.stem}.o" for source in sources]
-        jobs = max(1, min(len(sources), os.cpu_count() or 1))
+        jobs = _parallel_jobs(len(sources))
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
             list(pool.map(lambda pair: _run(build_command(chain, cxx, *pair), pair[0].name), zip(sources, objects)))
         _run(link_command(chain, cxx, objects, work / LIBRARY), "link")
@@ -227,6 +264,17 @@ def _build_entry(chain: Target, cxx: list[str], key: str, root: Path, announce) 
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _parallel_jobs(files: int) -> int:
+    """One compiler per core, or MAX_JOBS (PyTorch's own extension builds read it too): each
+    compiler holds PyTorch's headers in memory, so a small machine may want fewer."""
+    asked = os.environ.get(MAX_JOBS_ENV, "")
+    try:
+        limit = int(asked) if asked else (os.cpu_count() or 1)
+    except ValueError:
+        raise BridgeBuildError(f"{MAX_JOBS_ENV}={asked!r} is not a whole number of parallel compilers") from None
+    return max(1, min(files, limit))
+
+
 def _compiler_banner(cxx: list[str]) -> str:
     try:
         out = subprocess.run([*cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
@@ -237,6 +285,10 @@ def _compiler_banner(cxx: list[str]) -> str:
 
 def _run(command: list[str], what: str) -> None:
     result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode < 0:      # the kernel's OOM killer sends SIGKILL, and says nothing here
+        raise BridgeBuildError(f"compiling the native bridge failed at {what}: the compiler was killed by "
+                               f"{signal.Signals(-result.returncode).name} (out of memory? a compile takes "
+                               "~1 GB per file; close other work, or set MAX_JOBS=1)")
     if result.returncode != 0:
         tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
         raise BridgeBuildError(f"compiling the native bridge failed at {what}:\n{tail}")

@@ -25,7 +25,11 @@ import os, sys, time
 args = sys.argv[1:]
 with open(os.environ["FAKE_CXX_LOG"], "a") as log:
     log.write(("link" if "-shared" in args else "compile") + " %d\n" % os.getpid())
+if os.environ.get("FAKE_CXX_KILLED") and "-shared" not in args:
+    os.kill(os.getpid(), 9)           # as the kernel's OOM killer ends a compiler
 time.sleep(float(os.environ.get("FAKE_CXX_SECONDS", "0.2")))
+with open(os.environ["FAKE_CXX_LOG"], "a") as log:
+    log.write("done %d\n" % os.getpid())
 with open(args[args.index("-o") + 1], "wb") as out:
     out.write(b"a stand-in library " + str(os.getpid()).encode())
 '''
@@ -66,6 +70,32 @@ def test_a_cached_build_is_found_by_key_and_loaded_without_compiling(fake_compil
     assert manifest["key"] == chain.key() and manifest["identity"]["torch"] == chain.torch_version
     assert build.ensure_built(chain, announce=lambda text: None) == first
     assert len(_builds(log)) == 1
+
+
+def test_max_jobs_caps_the_parallel_compilers(fake_compiler, monkeypatch):
+    env, log = fake_compiler
+    monkeypatch.setenv("MAX_JOBS", "1")
+    build.ensure_built(announce=lambda text: None)
+    events = [line.split()[0] for line in log.read_text().splitlines()]
+    assert events.count("compile") >= 2, events                 # several files, one at a time
+    assert all(first != "compile" or second == "done" for first, second in zip(events, events[1:])), events
+    monkeypatch.setenv("MAX_JOBS", "two")
+    monkeypatch.setenv("TORCH_FL_CACHE_DIR", env["TORCH_FL_CACHE_DIR"] + "-2")
+    with pytest.raises(build.BridgeBuildError, match="MAX_JOBS='two' is not a whole number"):
+        build.ensure_built(announce=lambda text: None)
+
+
+def test_a_failed_wheel_build_is_named_at_the_first_fl_use(fake_compiler, tmp_path, monkeypatch):
+    # pip hides setup.py's output: the wheel keeps why its build failed, and the Python
+    # route's notice names it (here a compiler killed as the OOM killer would).
+    monkeypatch.setenv("FAKE_CXX_KILLED", "1")
+    wheel = tmp_path / "wheel" / "_prebuilt"
+    with pytest.raises(build.BridgeBuildError, match="killed by SIGKILL \\(out of memory\\?"):
+        build.build_into_wheel(wheel, announce=lambda text: None)
+    monkeypatch.setattr(build, "PREBUILT", wheel)
+    detail = bridge._not_built(build)
+    assert "none is built for torch" in detail and "building it at pip install (torch" in detail, detail
+    assert "was killed by SIGKILL" in detail and "MAX_JOBS=1" in detail, detail
 
 
 def test_a_corrupt_entry_is_rebuilt_never_loaded(fake_compiler):
