@@ -29,6 +29,7 @@ import select
 import subprocess
 import sys
 import time
+import traceback
 
 
 class _LineReader:
@@ -195,6 +196,9 @@ def _child(target: str, args: list) -> None:
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:   # noqa: BLE001 - os._exit below would drop it unprinted
+        traceback.print_exc()
+        sys.stderr.flush()
     finally:
         try:   # _exit skips gcov's exit handler: write the counters of a --coverage build first
             from conformance.branch_coverage import flush

@@ -242,8 +242,8 @@ class KernelWorkers:
         if code < 0:
             name = signal.Signals(-code).name
             return LoadCrash(f"{where} crashed the worker process with {name}", name)
-        if code != 0 or not result.exists():
-            return LoadCrash(f"{where} {self._death(code)}")
+        if code != 0 or not result.exists():   # the worker's traceback went to this run's stderr
+            return LoadCrash(f"{where} {self._death(code)} (its traceback, if it raised, is on stderr)")
         return None
 
     # -- process management -------------------------------------------------------

@@ -600,6 +600,24 @@ def test_fork_server_client_reads_replies_that_arrive_in_one_chunk(python):
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
 
 
+def test_a_worker_that_raises_leaves_its_traceback_on_stderr(python):
+    """A worker that dies of an exception (not SystemExit) reports exit status 1; the
+    exception itself must reach stderr (the server's os._exit would drop it unprinted),
+    so a report that says 'exit status 1' has its cause beside it."""
+    result = python("""
+        from conformance.forkserver import ForkServer
+        server = ForkServer("json:loads")          # json.loads(42): a TypeError in the worker
+        worker = server.spawn([42], light=True)
+        exits = []
+        while not exits:
+            exits = server.exits(timeout=5)
+        server.close()
+        print("exits", exits == [(worker, 1)])
+    """, timeout=120)
+    assert result.returncode == 0 and "exits True" in result.stdout, result.stdout + result.stderr[-3000:]
+    assert "Traceback" in result.stderr and "TypeError" in result.stderr, result.stderr[-3000:]
+
+
 def test_hardtanh_backward_cpu_loops_disagree_on_nan_and_either_answer_passes():
     """PyTorch CPU's hardtanh_backward passes grad through at a NaN input in its scalar
     tail and gives 0 in its vector body (conformance.cpu_loops): the suite's reference
