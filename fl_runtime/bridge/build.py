@@ -183,10 +183,20 @@ def ensure_built(chain: Target | None = None, *, announce=None, into: Path | Non
 
 
 def build_into_wheel(into: Path, announce=None) -> Path:
-    """setup.py's build into the wheel's `_prebuilt/`.  A failure is kept there as
-    INSTALL_FAILURE (the torch version and the error) before it is raised."""
+    """setup.py's build into the wheel's `_prebuilt/`.  An entry the user's cache holds for the
+    same key (the same torch, Python and sources: the same binary) is copied, not compiled again
+    (a reinstall).  A failure is kept as INSTALL_FAILURE (the torch version and the error)
+    before it is raised."""
     try:
-        return ensure_built(into=into, announce=announce)
+        chain = target()
+        cached = cached_library(chain.key(), (cache_dir(),))
+        if cached is None:
+            return ensure_built(chain, into=into, announce=announce)
+        into.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(cached.parent, into / chain.key(), dirs_exist_ok=True)
+        (announce or _say)(f"torch_fl: the native bridge for torch {chain.torch_version} is in the cache "
+                           f"({cached.parent}): copied, not rebuilt")
+        return cached_library(chain.key(), (into,)) or ensure_built(chain, into=into, announce=announce)
     except Exception as exc:
         record_install_failure(into, str(exc))
         raise

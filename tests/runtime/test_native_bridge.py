@@ -85,6 +85,18 @@ def test_max_jobs_caps_the_parallel_compilers(fake_compiler, monkeypatch):
         build.ensure_built(announce=lambda text: None)
 
 
+def test_a_wheel_build_copies_what_the_cache_holds_for_its_key(fake_compiler, tmp_path):
+    # A reinstall (same torch, Python and sources: the same binary) compiles nothing.
+    env, log = fake_compiler
+    cached = build.ensure_built(announce=lambda text: None)
+    said = []
+    wheel = tmp_path / "wheel" / "_prebuilt"
+    shipped = build.build_into_wheel(wheel, announce=said.append)
+    assert len(_builds(log)) == 1 and shipped.parent == wheel / build.target().key(), said
+    assert shipped.read_bytes() == cached.read_bytes() and "copied, not rebuilt" in said[0]
+    assert build.cached_library(build.target().key(), (wheel,)) == shipped
+
+
 def test_a_failed_wheel_build_is_named_at_the_first_fl_use(fake_compiler, tmp_path, monkeypatch):
     # pip hides setup.py's output: the wheel keeps why its build failed, and the Python
     # route's notice names it (here a compiler killed as the OOM killer would).
@@ -284,3 +296,4 @@ def test_the_sources_reach_cpython_internals_only_through_one_guarded_helper():
     csrc = Path(build.__file__).parent / "csrc"
     users = sorted(p.name for p in csrc.iterdir() if p.suffix in (".cpp", ".h") and "_Py_IsFinalizing" in p.read_text())
     assert users == ["python_calls.cpp"], f"use fl_bridge::interpreter_gone() (python_calls.h) in {users}"
+
