@@ -297,3 +297,20 @@ def test_the_sources_reach_cpython_internals_only_through_one_guarded_helper():
     users = sorted(p.name for p in csrc.iterdir() if p.suffix in (".cpp", ".h") and "_Py_IsFinalizing" in p.read_text())
     assert users == ["python_calls.cpp"], f"use fl_bridge::interpreter_gone() (python_calls.h) in {users}"
 
+
+@pytest.mark.skipif("not __import__('fl_runtime.bridge', fromlist=['x']).status().active",
+                    reason="the Python route: no native module (docs/users/native-bridge.md)")
+def test_the_bridges_methods_refuse_an_index_no_device_has(fl):
+    # Every integer argument is read in one place (csrc/python_ints.h): an index past what
+    # c10::DeviceIndex holds is an IndexError, never wrapped onto another device (257 -> fl:1).
+    native = sys.modules[bridge.MODULE_NAME]
+    for call in (lambda: native.figures(257), lambda: native.current_stream(257),
+                 lambda: native.pending_uploads(-1), lambda: native.set_current_device(1 << 40),
+                 lambda: native.release_taken(257, [])):
+        with pytest.raises(IndexError, match="is not a device index"):
+            call()
+    with pytest.raises(TypeError):
+        native.figures("fl:0")
+    with pytest.raises(TypeError, match="free\\(device, address\\)"):
+        native.free(0)
+    assert native.figures(0)["reserved"] >= 0 and native.current_stream(1) is not None

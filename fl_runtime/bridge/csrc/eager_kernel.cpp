@@ -24,6 +24,7 @@
 #include "stream_order.h"
 #include "stream_registry.h"
 #include "python_calls.h"
+#include "python_ints.h"
 #include "python_kernel.h"
 #include "thread_state.h"
 #include "to_copy_kernel.h"
@@ -288,22 +289,16 @@ PyObject* configure_eager_py(PyObject*, PyObject* const* args, Py_ssize_t nargs)
 PyObject* set_switch_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   TORCH_CHECK_TYPE(nargs == 2, "set_switch(bit, on)");
-  const long bit = PyLong_AsLong(args[0]);
-  if (bit == -1 && PyErr_Occurred()) {
-    return nullptr;
-  }
-  set_switch(static_cast<uint32_t>(bit), PyObject_IsTrue(args[1]) == 1);
+  set_switch(static_cast<uint32_t>(int_arg(args[0])), PyObject_IsTrue(args[1]) == 1);
   Py_RETURN_NONE;
   END_HANDLE_TH_ERRORS
 }
 
 PyObject* set_kernel_epoch_py(PyObject*, PyObject* epoch) {
-  const unsigned long long value = PyLong_AsUnsignedLongLong(epoch);
-  if (value == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-    return nullptr;
-  }
-  set_kernel_epoch(value);
+  HANDLE_TH_ERRORS
+  set_kernel_epoch(u64_arg(epoch));
   Py_RETURN_NONE;
+  END_HANDLE_TH_ERRORS
 }
 
 PyObject* take_counts_py(PyObject*, PyObject*) {
@@ -362,7 +357,7 @@ PyObject* counts_dict(const std::function<bool(PyObject*)>& fill) {
 
 bool add_count(PyObject* counts, const std::string& name, uint64_t calls) {
   PyObject* before = PyDict_GetItemString(counts, name.c_str());      // borrowed
-  PyObject* total = PyLong_FromUnsignedLongLong(calls + (before ? PyLong_AsUnsignedLongLong(before) : 0));
+  PyObject* total = PyLong_FromUnsignedLongLong(calls + (before ? u64_arg(before) : 0));
   const bool added = total != nullptr && PyDict_SetItemString(counts, name.c_str(), total) == 0;
   Py_XDECREF(total);
   return added;
@@ -377,11 +372,7 @@ torch::Library& private_use1_library() {
 void configure_eager(PyObject* launch_failure, PyObject* default_streams) {
   TORCH_CHECK_TYPE(PyTuple_Check(default_streams), "configure_eager: default_streams is a tuple of ints");
   std::vector<fl_stream> streams;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(default_streams); i++) {
-    const unsigned long long handle = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(default_streams, i));
-    if (handle == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-      throw_python_error();
-    }
+  for (const uint64_t handle : u64_list(default_streams)) {
     streams.push_back(reinterpret_cast<fl_stream>(static_cast<uintptr_t>(handle)));
   }
   Py_INCREF(launch_failure);

@@ -190,13 +190,9 @@ PyObject* register_local_scalar_dense_py(PyObject*, PyObject* kernel) {
 
 PyObject* pending_uploads_py(PyObject*, PyObject* device) {
   HANDLE_TH_ERRORS
-  const long index = PyLong_AsLong(device);
-  if (index == -1 && PyErr_Occurred()) {
-    return nullptr;
-  }
-  const auto device = static_cast<c10::DeviceIndex>(index);
-  check_device(device);
-  const auto figures = pending_uploads(device, allocator_of(device).vendor());
+  const c10::DeviceIndex index = device_arg(device);
+  check_device(index);
+  const auto figures = pending_uploads(index, allocator_of(index).vendor());
   return Py_BuildValue("(KK)", static_cast<unsigned long long>(figures.first),
                        static_cast<unsigned long long>(figures.second));
   END_HANDLE_TH_ERRORS

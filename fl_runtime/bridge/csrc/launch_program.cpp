@@ -108,7 +108,7 @@ LaunchProgram LaunchProgram::from_spec(PyObject* spec) {
                    "launch program spec: a tuple of ", kSpecFields, " (ops/eager/fast_path.Program.native_spec)");
   auto field = [&](Py_ssize_t i) { return PyTuple_GET_ITEM(spec, i); };
   LaunchProgram p;
-  p.device_ = static_cast<c10::DeviceIndex>(int_arg(field(0)));
+  p.device_ = device_arg(field(0));
   p.has_autocast_ = PyObject_IsTrue(field(1)) == 1;
   p.epoch_ = u64_arg(field(2));
   p.launch_fn_ = u64_arg(field(3));

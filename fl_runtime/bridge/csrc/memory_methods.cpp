@@ -6,33 +6,14 @@
 #include "device_allocator.h"
 #include "fork_handlers.h"
 #include "memory_history.h"
+#include "python_ints.h"
 #include "stream_order.h"
 
 namespace fl_bridge {
 namespace {
 
-// Parses `count` integer arguments of a METH_FASTCALL call into `out`.
-bool integers(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t count, const char* signature, long long* out) {
-  if (nargs != count) {
-    PyErr_Format(PyExc_TypeError, "%s", signature);
-    return false;
-  }
-  for (Py_ssize_t i = 0; i < count; ++i) {
-    out[i] = PyLong_AsLongLong(args[i]);
-    if (out[i] == -1 && PyErr_Occurred()) {
-      // addresses above 2^63 arrive as unsigned
-      PyErr_Clear();
-      out[i] = static_cast<long long>(PyLong_AsUnsignedLongLong(args[i]));
-      if (PyErr_Occurred()) {
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
 CachingAllocator& on(long long device) {
-  return allocator_of(static_cast<c10::DeviceIndex>(device));
+  return allocator_of(device_index(device));
 }
 
 uint64_t address(long long value) {
@@ -66,13 +47,15 @@ PyObject* install(PyObject*, PyObject* devices) {
   END_HANDLE_TH_ERRORS
 }
 
-// A METH_FASTCALL body over N integer arguments, with PyTorch's error translation.
+// A METH_FASTCALL body over N integer arguments (python_ints.h word_arg: signed, or an
+// address above 2^63), with PyTorch's error translation.
 template <Py_ssize_t N, typename Body>
 PyObject* integer_call(PyObject* const* args, Py_ssize_t nargs, const char* signature, Body body) {
   HANDLE_TH_ERRORS
+  TORCH_CHECK_TYPE(nargs == N, signature);
   long long a[N];
-  if (!integers(args, nargs, N, signature, a)) {
-    return nullptr;
+  for (Py_ssize_t i = 0; i < N; ++i) {
+    a[i] = word_arg(args[i]);
   }
   return body(a);
   END_HANDLE_TH_ERRORS
@@ -82,11 +65,7 @@ PyObject* integer_call(PyObject* const* args, Py_ssize_t nargs, const char* sign
 template <typename Body>
 PyObject* device_call(PyObject* device, Body body) {
   HANDLE_TH_ERRORS
-  const long long index = PyLong_AsLongLong(device);
-  if (index == -1 && PyErr_Occurred()) {
-    return nullptr;
-  }
-  return body(on(index));
+  return body(allocator_of(device_arg(device)));
   END_HANDLE_TH_ERRORS
 }
 
@@ -155,16 +134,12 @@ PyObject* take_cached(PyObject*, PyObject* device) {
 PyObject* release_taken(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   TORCH_CHECK_TYPE(nargs == 2, "release_taken(device, tokens)");
+  CachingAllocator& allocator = allocator_of(device_arg(args[0]));
   std::vector<Block*> blocks;
-  PyObject* sequence = PySequence_Fast(args[1], "release_taken: expected the list take_cached gave");
-  if (sequence == nullptr) {
-    return nullptr;
+  for (const uint64_t token : u64_list(args[1])) {      // take_cached's tokens: the blocks' addresses
+    blocks.push_back(reinterpret_cast<Block*>(static_cast<uintptr_t>(token)));
   }
-  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(sequence); ++i) {
-    blocks.push_back(static_cast<Block*>(PyLong_AsVoidPtr(PySequence_Fast_GET_ITEM(sequence, i))));
-  }
-  Py_DECREF(sequence);
-  on(PyLong_AsLongLong(args[0])).release(blocks);
+  allocator.release(blocks);
   Py_RETURN_NONE;
   END_HANDLE_TH_ERRORS
 }

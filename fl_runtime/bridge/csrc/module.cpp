@@ -37,6 +37,7 @@
 #include "thread_state.h"
 #include "sdpa_kernel.h"
 #include "stream_order.h"
+#include "python_ints.h"
 #include "stream_registry.h"
 #include "to_copy_kernel.h"
 
@@ -50,22 +51,10 @@ constexpr uint8_t kPriority = 255;
 
 std::once_flag g_installed;
 
-bool parse_index(PyObject* value, c10::DeviceIndex& out) {
-  const long index = PyLong_AsLong(value);
-  if (index == -1 && PyErr_Occurred()) {
-    return false;
-  }
-  out = static_cast<c10::DeviceIndex>(index);
-  return true;
-}
-
 PyObject* install(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   TORCH_CHECK_TYPE(nargs == 2, "install(calls, device_count)");
-  c10::DeviceIndex count = 0;
-  if (!parse_index(args[1], count)) {
-    return nullptr;
-  }
+  const c10::DeviceIndex count = device_arg(args[1]);
   bool first = false;
   std::call_once(g_installed, [&] {
     set_runtime_calls(args[0]);
@@ -87,10 +76,7 @@ PyObject* current_device_py(PyObject*, PyObject*) {
 
 PyObject* set_current_device_py(PyObject*, PyObject* index) {
   HANDLE_TH_ERRORS
-  c10::DeviceIndex device = 0;
-  if (!parse_index(index, device)) {
-    return nullptr;
-  }
+  const c10::DeviceIndex device = device_arg(index);
   set_current_device(device);
   Py_RETURN_NONE;
   END_HANDLE_TH_ERRORS
@@ -98,10 +84,7 @@ PyObject* set_current_device_py(PyObject*, PyObject* index) {
 
 PyObject* current_stream_py(PyObject*, PyObject* index) {
   HANDLE_TH_ERRORS
-  c10::DeviceIndex device = 0;
-  if (!parse_index(index, device)) {
-    return nullptr;
-  }
+  const c10::DeviceIndex device = device_arg(index);
   return PyLong_FromLongLong(current_stream_id(device));
   END_HANDLE_TH_ERRORS
 }
@@ -109,24 +92,14 @@ PyObject* current_stream_py(PyObject*, PyObject* index) {
 PyObject* set_current_stream_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   TORCH_CHECK_TYPE(nargs == 2, "set_current_stream(index, stream_id)");
-  c10::DeviceIndex device = 0;
-  if (!parse_index(args[0], device)) {
-    return nullptr;
-  }
-  const long long id = PyLong_AsLongLong(args[1]);
-  if (id == -1 && PyErr_Occurred()) {
-    return nullptr;
-  }
-  return PyLong_FromLongLong(make_current(device, id));
+  const c10::DeviceIndex device = device_arg(args[0]);
+  return PyLong_FromLongLong(make_current(device, int_arg(args[1])));
   END_HANDLE_TH_ERRORS
 }
 
 PyObject* default_generator_py(PyObject*, PyObject* index) {
   HANDLE_TH_ERRORS
-  c10::DeviceIndex device = 0;
-  if (!parse_index(index, device)) {
-    return nullptr;
-  }
+  const c10::DeviceIndex device = device_arg(index);
   return THPGenerator_initDefaultGenerator(default_generator(device));     // a new reference
   END_HANDLE_TH_ERRORS
 }
@@ -142,10 +115,7 @@ PyObject* reserve(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   at::Generator generator = reinterpret_cast<THPGenerator*>(args[0])->cdata;
   TORCH_CHECK_VALUE(generator.device().type() == kFl, "a ", generator.device(),
                     " generator cannot draw for an fl kernel: use torch.Generator(device=\"fl:N\")");
-  const unsigned long long numel = PyLong_AsUnsignedLongLong(args[1]);
-  if (numel == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-    return nullptr;
-  }
+  const uint64_t numel = u64_arg(args[1]);
   std::pair<int64_t, int64_t> drawn;
   {
     std::lock_guard<std::mutex> lock(generator.mutex());

@@ -1,5 +1,9 @@
 #include "python_ints.h"
 
+#include <limits>
+
+#include <c10/util/Exception.h>
+
 #include "python_calls.h"
 
 namespace fl_bridge {
@@ -18,6 +22,25 @@ uint64_t u64_arg(PyObject* value) {
     throw_python_error();
   }
   return out;
+}
+
+int64_t word_arg(PyObject* value) {
+  const long long out = PyLong_AsLongLong(value);
+  if (out != -1 || !PyErr_Occurred()) {
+    return out;
+  }
+  PyErr_Clear();
+  return static_cast<int64_t>(u64_arg(value));
+}
+
+c10::DeviceIndex device_index(int64_t value) {
+  TORCH_CHECK_INDEX(value >= 0 && value <= std::numeric_limits<c10::DeviceIndex>::max(), "fl:", value,
+                    " is not a device index");
+  return static_cast<c10::DeviceIndex>(value);
+}
+
+c10::DeviceIndex device_arg(PyObject* value) {
+  return device_index(int_arg(value));
 }
 
 std::vector<uint64_t> u64_list(PyObject* sequence) {

@@ -115,7 +115,7 @@ void wait_for_writers(c10::DeviceIndex device, CachingAllocator& allocator, cons
 PyObject* order_blocks_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   TORCH_CHECK_TYPE(nargs == 4, "order_blocks(device, stream_id, reads, writes)");
-  const auto device = static_cast<c10::DeviceIndex>(int_arg(args[0]));
+  const auto device = device_arg(args[0]);
   const StreamRef stream = stream_of(device, int_arg(args[1]));
   if (!stream) {
     Py_RETURN_FALSE;

@@ -83,14 +83,14 @@ PyObject* remember_stream_py(PyObject*, PyObject* const* args, Py_ssize_t nargs)
   HANDLE_TH_ERRORS
   TORCH_CHECK_TYPE(nargs == 3, "remember_stream(device, stream_id, handle)");
   const auto handle = reinterpret_cast<fl_stream>(static_cast<uintptr_t>(u64_arg(args[2])));
-  return PyBool_FromLong(remember_stream(static_cast<c10::DeviceIndex>(int_arg(args[0])), int_arg(args[1]), handle));
+  return PyBool_FromLong(remember_stream(device_arg(args[0]), int_arg(args[1]), handle));
   END_HANDLE_TH_ERRORS
 }
 
 PyObject* release_stream_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   TORCH_CHECK_TYPE(nargs == 2, "release_stream(device, stream_id)");
-  const auto device = static_cast<c10::DeviceIndex>(int_arg(args[0]));
+  const auto device = device_arg(args[0]);
   const c10::StreamId id = int_arg(args[1]);
   bool known = false;
   Py_BEGIN_ALLOW_THREADS      // the last holder drains the stream: no GIL held meanwhile
