@@ -189,14 +189,15 @@ def build_into_wheel(into: Path, announce=None) -> Path:
     before it is raised."""
     try:
         chain = target()
-        cached = cached_library(chain.key(), (cache_dir(),))
+        key = chain.key()              # hashes every source: once
+        cached = cached_library(key, (cache_dir(),))
         if cached is None:
             return ensure_built(chain, into=into, announce=announce)
         into.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(cached.parent, into / chain.key(), dirs_exist_ok=True)
+        shutil.copytree(cached.parent, into / key, dirs_exist_ok=True)
         (announce or _say)(f"torch_fl: the native bridge for torch {chain.torch_version} is in the cache "
                            f"({cached.parent}): copied, not rebuilt")
-        return cached_library(chain.key(), (into,)) or ensure_built(chain, into=into, announce=announce)
+        return cached_library(key, (into,)) or ensure_built(chain, into=into, announce=announce)
     except Exception as exc:
         record_install_failure(into, str(exc))
         raise
