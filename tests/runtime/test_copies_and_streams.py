@@ -1,5 +1,6 @@
 """Copies host<->fl and fl:i->fl:j are ordered after the writes that
 produced their source, also across streams."""
+import pytest
 import torch
 
 
@@ -104,12 +105,22 @@ def test_pending_uploads_stay_bounded_and_every_value_arrives(fl):
     assert all(torch.equal(t.cpu(), torch.full((5,), float(i))) for i, t in enumerate(targets))
 
 
-def test_pending_uploads_hold_bounded_host_memory(fl, monkeypatch):
+@pytest.fixture
+def upload_limits():
+    """Sets the upload holders' limits (devices/uploads.py set_limits) for one test."""
+    import torch_fl
+    holders = torch_fl.runtime().uploads
+    previous = holders.limits
+    yield holders.set_limits
+    holders.set_limits(*previous)
+
+
+def test_pending_uploads_hold_bounded_host_memory(fl, upload_limits):
     """Converted uploads hold their converted host copy until the device has read it: past
     LIMIT_BYTES per device the oldest are waited for (a large `model.to("fl", torch.half)`)."""
     import torch_fl
-    from fl_runtime.devices import uploads
-    monkeypatch.setattr(uploads, "LIMIT_BYTES", 64 << 10)
+    from fl_runtime.devices.uploads import LIMIT
+    upload_limits(LIMIT, 64 << 10)
     a = torch.randn(400, 400, device="fl:0")
     a @ a
     sources = [torch.full((20000,), float(i), dtype=torch.float64) for i in range(12)]   # 160 KB each
@@ -117,3 +128,25 @@ def test_pending_uploads_hold_bounded_host_memory(fl, monkeypatch):
     copies, held = torch_fl.runtime().uploads.pending(0)
     assert copies <= 1 and held <= 80000
     assert all(torch.equal(t.cpu(), torch.full((20000,), float(i))) for i, t in enumerate(targets))
+
+
+def test_staged_and_converted_uploads_share_one_limit(fl, upload_limits):
+    """Small staged uploads (served in C++ with the bridge) and converted ones (the runtime's own
+    host copies) are held by one holder per device, so one limit bounds them together: never
+    more than `copies` pending, and every value arrives."""
+    import torch_fl
+    upload_limits(6, 256 << 20)
+    a = torch.randn(400, 400, device="fl:0")
+    targets, most = [], 0
+    for i in range(40):
+        if i % 8 == 0:
+            a @ a                                               # queued work, so copies stay pending
+        staged = torch.full((4,), float(i))
+        converted = torch.full((4,), float(-i), dtype=torch.float64)
+        targets.append((i, staged.to("fl:0"), converted.to("fl:0", torch.float32)))
+        staged.fill_(7.0)
+        most = max(most, torch_fl.runtime().uploads.pending(0)[0])
+    assert 1 <= most <= 6
+    for i, staged, converted in targets:
+        assert torch.equal(staged.cpu(), torch.full((4,), float(i)))
+        assert torch.equal(converted.cpu(), torch.full((4,), float(-i)))

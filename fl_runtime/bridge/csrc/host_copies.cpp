@@ -7,6 +7,8 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
 #include "caching_allocator.h"
@@ -94,7 +96,7 @@ bool upload(const at::Tensor& dst, const at::Tensor& src) {
   }
   const c10::DeviceIndex device = dst.device().index();
   const StreamRef served = served_stream(device);
-  if (!served) {
+  if (!served || !pending_uploads_configured()) {
     return false;
   }
   if (cross_stream_tracking()) {        // copies.py _raw_h2d: after dst's other writers
@@ -110,7 +112,7 @@ bool upload(const at::Tensor& dst, const at::Tensor& src) {
   if (status != FL_SUCCESS) {
     raise_vendor_failure(device, {status, memcpy_call("memcpy_h2d_async", device, nbytes)});
   }
-  const VendorFailure failure = hold_upload(device, vendor, stream, std::move(stage), nbytes);
+  const VendorFailure failure = hold_upload(device, vendor, stream, HeldBuffer{std::move(stage), {}}, nbytes);
   if (failure.failed()) {
     raise_vendor_failure(device, failure);
   }
@@ -169,10 +171,9 @@ class LocalScalarKernel final : public c10::OperatorKernel {
 
 PyObject* configure_host_copies_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  TORCH_CHECK_TYPE(nargs == 4, "configure_host_copies(stage_bytes, limit, limit_bytes, failure)");
+  TORCH_CHECK_TYPE(nargs == 2, "configure_host_copies(stage_bytes, failure)");
   const uint64_t stage_bytes = u64_arg(args[0]);
-  configure_pending_uploads(device_count(), UploadLimits{u64_arg(args[1]), u64_arg(args[2])});
-  set_vendor_failure_handler(args[3]);
+  set_vendor_failure_handler(args[1]);
   g_stage_bytes.store(stage_bytes, std::memory_order_relaxed);
   g_configured.store(true, std::memory_order_release);
   set_eager_shortcut("copy_", &copy_shortcut);
@@ -184,6 +185,39 @@ PyObject* register_local_scalar_dense_py(PyObject*, PyObject* kernel) {
   HANDLE_TH_ERRORS
   private_use1_library().impl("_local_scalar_dense", torch::CppFunction::makeFromBoxedFunctor(
                                                          std::make_unique<LocalScalarKernel>(kernel)));
+  Py_RETURN_NONE;
+  END_HANDLE_TH_ERRORS
+}
+
+PyObject* set_upload_limits_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  TORCH_CHECK_TYPE(nargs == 2, "set_upload_limits(copies, host_bytes)");
+  configure_pending_uploads(device_count(), UploadLimits{u64_arg(args[0]), u64_arg(args[1])});
+  Py_RETURN_NONE;
+  END_HANDLE_TH_ERRORS
+}
+
+// uploads.py PendingUploads.hold with the bridge: a host tensor the runtime owns, whose copy
+// is enqueued on the stream with this handle, kept by the device's one holder.
+PyObject* hold_upload_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  TORCH_CHECK_TYPE(nargs == 3 && THPVariable_Check(args[2]), "hold_upload(device, stream handle, host tensor)");
+  const c10::DeviceIndex index = device_arg(args[0]);
+  check_device(index);
+  const auto stream = reinterpret_cast<fl_stream>(static_cast<uintptr_t>(u64_arg(args[1])));
+  const at::Tensor& host = THPVariable_Unpack(args[2]);
+  TORCH_CHECK_VALUE(host.device().is_cpu() && host.has_storage(), "hold_upload: a host tensor with storage, not ",
+                    host.device());
+  TORCH_CHECK(pending_uploads_configured(), "hold_upload: set_upload_limits first");
+  const uint64_t nbytes = host.storage().nbytes();
+  VendorFailure failure;
+  {
+    pybind11::gil_scoped_release no_gil;    // the holder's mutex is never waited for under the GIL
+    failure = hold_upload(index, allocator_of(index).vendor(), stream, HeldBuffer{nullptr, host.storage()}, nbytes);
+  }
+  if (failure.failed()) {
+    raise_vendor_failure(index, failure);
+  }
   Py_RETURN_NONE;
   END_HANDLE_TH_ERRORS
 }
@@ -201,7 +235,11 @@ PyObject* pending_uploads_py(PyObject*, PyObject* device) {
 PyMethodDef g_methods[] = {
     {"configure_host_copies", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(configure_host_copies_py)),
      METH_FASTCALL,
-     "configure_host_copies(stage_bytes, limit, limit_bytes, failure): serve host<->device copy_ in C++"},
+     "configure_host_copies(stage_bytes, failure): serve host<->device copy_ in C++"},
+    {"set_upload_limits", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(set_upload_limits_py)),
+     METH_FASTCALL, "set_upload_limits(copies, host_bytes): the upload holders' limits per device (made on first call)"},
+    {"hold_upload", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(hold_upload_py)), METH_FASTCALL,
+     "hold_upload(device, stream handle, host tensor): keep it until the copy enqueued on the stream is done"},
     {"register_local_scalar_dense", register_local_scalar_dense_py, METH_O,
      "register_local_scalar_dense(kernel): the C++ kernel of .item(), `kernel` its Python half"},
     {"pending_uploads", pending_uploads_py, METH_O,

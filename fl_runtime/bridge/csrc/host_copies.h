@@ -9,11 +9,11 @@
 //    device has read it (pending_uploads.h), without waiting for the stream; the caller may
 //    change its tensor as soon as copy_ returns.
 // Only a pair the Python route copies as raw bytes is served: same dtype and shape, both
-// contiguous and strided, no conjugate/negative bit, at least one element, and the device's
-// current stream its default one (the only stream the C++ path knows).  Ordering after writers
-// on other streams is the Python route's (runtime.order_after_writers), so cross-stream tracking
-// sends every call there (fast_path_switches.h), as every other switch does.  Everything else
-// (larger, converting, strided, broadcasting copies, across devices) stays in Python.
+// contiguous and strided, no conjugate/negative bit, at least one element, on the thread's
+// current stream for the device (stream_registry.h).  With cross-stream tracking on, each copy
+// is first ordered after the writers of what it reads or writes on other streams, as
+// runtime.order_after_writers does (stream_order.h).  Everything else (larger, converting,
+// strided, broadcasting copies, across devices) stays in Python.
 // The Python route records no op_stats path for these copies, and neither does this file; a
 // profile sends them to Python (kHooked), which times them.
 // A vendor error status raises what the Python route raises (plugin.check's VendorError): the
@@ -26,8 +26,9 @@
 
 namespace fl_bridge {
 
-// Python methods: configure_host_copies(stage_bytes, limit, limit_bytes, failure),
-// register_local_scalar_dense(kernel), pending_uploads(device) (module.cpp adds them).
+// Python methods: configure_host_copies(stage_bytes, failure), set_upload_limits(copies,
+// host_bytes), hold_upload(device, stream handle, host tensor), register_local_scalar_dense(kernel),
+// pending_uploads(device) (module.cpp adds them).
 PyMethodDef* host_copy_methods();
 
 // Calls the _local_scalar_dense kernel handed to Python (part of eager_stats()'s python_calls).

@@ -12,16 +12,21 @@ namespace {
 
 struct Pending {
   fl_event event;
-  std::unique_ptr<unsigned char[]> buffer;
+  HeldBuffer buffer;
   uint64_t nbytes;
 };
 
+// Finished copies taken off the list under the mutex; declared before the lock in each method,
+// so their buffers are let go after it is released (the header says why).
+using Finished = std::vector<Pending>;
+
 class DeviceUploads {
  public:
-  VendorFailure hold(c10::DeviceIndex device, const VendorDevice& vendor, fl_stream stream, std::unique_ptr<unsigned char[]> buffer,
+  VendorFailure hold(c10::DeviceIndex device, const VendorDevice& vendor, fl_stream stream, HeldBuffer buffer,
                      uint64_t nbytes, const UploadLimits& limits) {
+    Finished finished;
     std::unique_lock<std::mutex> lock(mutex_);
-    VendorFailure failure = retire(vendor);
+    VendorFailure failure = retire(vendor, finished);
     const fl_event event = recorded_event(vendor, stream);
     if (event == nullptr) {
       // uploads.py: no event to wait on, so wait for the copy itself (raises if the device failed).
@@ -33,16 +38,17 @@ class DeviceUploads {
     bytes_ += nbytes;
     while (!failure.failed() && (pending_.size() > limits.copies || (pending_.size() > 1 && bytes_ > limits.bytes))) {
       const fl_status status = vendor.api->event_synchronize(pending_.front().event);
-      failure = status == FL_SUCCESS ? retire(vendor) : VendorFailure{status, "event_synchronize"};
+      failure = status == FL_SUCCESS ? retire(vendor, finished) : VendorFailure{status, "event_synchronize"};
     }
     return failure;
   }
 
   // Finished copies are retired first (an error status is left for the next hold to raise).
   std::pair<uint64_t, uint64_t> figures(const VendorDevice& vendor, bool may_call_vendor) {
+    Finished finished;
     std::lock_guard<std::mutex> lock(mutex_);
     if (may_call_vendor) {
-      retire(vendor);
+      retire(vendor, finished);
     }
     return {pending_.size(), bytes_};
   }
@@ -51,8 +57,9 @@ class DeviceUploads {
 
  private:
   // Lets go of the finished copies, oldest first (a stream runs in FIFO order, so the first one
-  // not done ends the scan); an error status stops it and is returned, as Event.query raises.
-  VendorFailure retire(const VendorDevice& vendor) {
+  // not done ends the scan) into `finished`; an error status stops it and is returned, as
+  // Event.query raises.
+  VendorFailure retire(const VendorDevice& vendor, Finished& finished) {
     while (!pending_.empty()) {
       const fl_status status = vendor.api->event_query(pending_.front().event);
       if (status == FL_NOT_READY) {
@@ -63,6 +70,7 @@ class DeviceUploads {
       }
       bytes_ -= pending_.front().nbytes;
       spare_.push_back(pending_.front().event);
+      finished.push_back(std::move(pending_.front()));
       pending_.pop_front();
     }
     return {};
@@ -93,8 +101,8 @@ class DeviceUploads {
 // Made once and leaked (the header says why); read without a lock after configuration.
 std::vector<DeviceUploads*>* g_devices = nullptr;
 std::atomic<bool> g_configured{false};
-std::atomic<uint64_t> g_limit_copies{UploadLimits{}.copies};
-std::atomic<uint64_t> g_limit_bytes{UploadLimits{}.bytes};
+std::atomic<uint64_t> g_limit_copies{0};        // set with the holders (configure_pending_uploads)
+std::atomic<uint64_t> g_limit_bytes{0};
 std::atomic<bool> g_forked_child{false};          // forget_vendor_in_forked_child
 
 UploadLimits limits() noexcept {
@@ -122,7 +130,7 @@ bool pending_uploads_configured() noexcept {
 }
 
 VendorFailure hold_upload(c10::DeviceIndex device, const VendorDevice& vendor, fl_stream stream,
-                          std::unique_ptr<unsigned char[]> buffer, uint64_t nbytes) {
+                          HeldBuffer buffer, uint64_t nbytes) {
   TORCH_CHECK(pending_uploads_configured() && device >= 0 && static_cast<size_t>(device) < g_devices->size(),
               "fl bridge: no upload holder for fl:", static_cast<int>(device));
   return (*g_devices)[device]->hold(device, vendor, stream, std::move(buffer), nbytes, limits());

@@ -1,12 +1,18 @@
-// Host buffers of the host-to-device copies the bridge enqueues itself (host_copies.h), kept
-// until the device has read them: the C++ twin of fl_runtime/devices/uploads.py PendingUploads,
-// with its rules, so a small upload never waits for its stream (which would also wait for every
-// kernel queued before it) and the caller may change its tensor as soon as copy_ returns.
+// Host buffers of host-to-device copies in flight, kept until the device has read them, so a
+// small upload never waits for its stream (which would also wait for every kernel queued before
+// it) and the caller may change its tensor as soon as copy_ returns.  With the bridge this is the
+// one holder per device: the stages of the copies the bridge enqueues itself (host_copies.h) and
+// the host tensors the runtime's Python copies own (fl_runtime/devices/uploads.py PendingUploads
+// hands them over, hold_upload), under one set of limits.  uploads.py keeps its own, with the
+// same rules, on the Python route only.
 //  - each copy's buffer is kept with a vendor event recorded after the copy, and let go once
 //    event_query reports it done; events are reused (a spare list per device);
 //  - finished copies are retired whenever a new one is held;
 //  - at most `copies` copies or `bytes` host bytes stay pending per device (uploads.py LIMIT,
 //    LIMIT_BYTES, passed from Python: one source of truth): past that the oldest is waited for;
+//  - a finished copy's buffer is let go once the holder's mutex is released: dropping a host
+//    tensor's storage may take the GIL (its Python object), and a thread holding the GIL may
+//    be waiting for that mutex;
 //  - when no event can be had (event_create or event_record fails), the stream is synchronised
 //    instead, as uploads.py does;
 //  - one mutex per device, no GIL: vendor calls only (fl_abi.h THREADING: any thread).
@@ -21,6 +27,7 @@
 #include <utility>
 
 #include <c10/core/Device.h>
+#include <c10/core/Storage.h>
 
 #include "vendor_api.h"
 #include "vendor_failure.h"
@@ -28,21 +35,29 @@
 namespace fl_bridge {
 
 struct UploadLimits {
-  uint64_t copies = 256;
-  uint64_t bytes = 256ull << 20;
+  uint64_t copies;
+  uint64_t bytes;
 };
 
-// One holder per device, made once (later calls only change the limits).
+// What keeps a held copy's host bytes alive: a stage the bridge made, or the storage of a
+// host tensor the runtime owns.
+struct HeldBuffer {
+  std::unique_ptr<unsigned char[]> stage;
+  c10::Storage storage;
+};
+
+// One holder per device, made once (later calls only change the limits: uploads.py set_limits).
 void configure_pending_uploads(c10::DeviceIndex devices, UploadLimits limits);
 bool pending_uploads_configured() noexcept;
 
 // Keeps `buffer` (`nbytes` bytes) until the work enqueued on `stream` so far, its copy, is done.
 // The first vendor failure met is returned (the buffer is kept or waited for all the same).
+// Takes no GIL itself; the caller holds none (the buffers it lets go may take it).
 VendorFailure hold_upload(c10::DeviceIndex device, const VendorDevice& vendor, fl_stream stream,
-                          std::unique_ptr<unsigned char[]> buffer, uint64_t nbytes);
+                          HeldBuffer buffer, uint64_t nbytes);
 
 // (copies, host bytes) still held for `device` once the finished ones are retired (uploads.py
-// pending, which retires its own first too, so the two holders' sum counts unfinished copies only).
+// pending, which retires first too, so it counts unfinished copies only).
 std::pair<uint64_t, uint64_t> pending_uploads(c10::DeviceIndex device, const VendorDevice& vendor);
 
 // Every holder's mutex, in device order, across fork() (fork_handlers.h).

@@ -23,7 +23,6 @@ import warnings
 import torch
 
 from fl_runtime.abi import ffi
-from fl_runtime.devices import uploads
 from fl_runtime.devices.storage import storage_base
 from fl_runtime.logs import logger
 from fl_runtime.ops import accounting
@@ -52,11 +51,11 @@ def register(library: torch.library.Library, rt, pinned_memory: bool = False,
     native = rt.launcher.native
     register_to_copy(library, native)
     if native is not None:
-        # The raw host copies in C++ too (bridge/csrc/host_copies.h), with this file's and
-        # uploads.py's constants; its error path raises what plugin.check raises here.
-        native.configure_host_copies(STAGE_BYTES, uploads.LIMIT, uploads.LIMIT_BYTES,
-                                     functools.partial(_native_copy_failure, rt))
-        rt.uploads.native = native
+        # The raw host copies in C++ too (bridge/csrc/host_copies.h), with this file's constant
+        # and one upload holder per device (uploads.py attach_native, first: the C++ copies hold
+        # their stages there); its error path raises what plugin.check raises here.
+        rt.uploads.attach_native(native)
+        native.configure_host_copies(STAGE_BYTES, functools.partial(_native_copy_failure, rt))
     if not pinned_memory:
         library.impl("_pin_memory", _pin_memory, "CPU")
 
