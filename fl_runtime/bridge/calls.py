@@ -14,6 +14,7 @@ import torch
 from fl_runtime.devices import allocator as memory
 from fl_runtime.devices import memory_history
 from fl_runtime.devices.streams import Event, Stream
+from fl_runtime.ops.owned.copies import device_bytes_copy
 
 # Streams per device handed out for torch.Stream(device="fl") and getStreamFromGlobalPool,
 # round-robin, living as long as the process (CUDA keeps 32; a vendor stream costs more here).
@@ -32,14 +33,19 @@ class BridgeCalls:
 
     # -- memory (the allocators themselves are C++: csrc/caching_allocator.h) ---------------
     def copy_device_bytes(self, dst_device: int, dst: int, src_device: int, src: int, nbytes: int) -> None:
-        """memcpy on the destination device's current stream (c10::Allocator::copy_data): each
-        address with the device whose allocator holds it, whatever device is current."""
+        """c10::Allocator::copy_data: each address with the device whose allocator holds it,
+        whatever device is current, ordered as copy_ orders a copy between devices
+        (ops/owned/copies.py device_bytes_copy), after other streams' writes to src and dst,
+        and dst then counted as written by its device's current stream (csrc/stream_order.h)."""
         rt = self._rt
-        info, source = rt.device(dst_device), rt.device(src_device)
-        stream = rt.streams.current(dst_device)
-        info.plugin.check(info.plugin.api.memcpy_d2d_async(stream.handle, info.local_index, dst, 0,
-                                                           source.local_index, src, 0, nbytes),
-                          f"memcpy_d2d_async(fl:{src_device} -> fl:{dst_device}, {nbytes} bytes)")
+        src_stream, dst_stream = rt.streams.current(src_device), rt.streams.current(dst_device)
+        bridge = rt.allocators[src_device].bridge
+        if not (bridge.order_blocks(src_device, src_stream.stream_id, (src,), ())
+                and bridge.order_blocks(dst_device, dst_stream.stream_id, (), (dst,))):
+            for device in {src_device, dst_device}:     # a stream the bridge does not know: wait instead
+                rt.synchronize(device)
+        device_bytes_copy(rt, (dst_device, dst, 0), (src_device, src, 0), nbytes)
+        bridge.settle_writes()              # dst's write is enqueued (stream_order.h "Once per write")
 
     def empty_cache(self) -> None:
         for allocator in self._rt.allocators:

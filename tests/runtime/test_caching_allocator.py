@@ -108,6 +108,21 @@ def test_blocks_of_one_stream_are_not_reused_by_another(fl):
 
 
 @pytest.mark.skipif(not bridge.status().active, reason="the bridge's c10 allocator (copy_data) runs only with it")
+def test_copy_data_between_devices_waits_for_the_writes_to_its_source(fl):
+    """c10::Allocator::copy_data from fl:0 to fl:1 while fl:0's stream is still writing the
+    source (a queued matmul): the copy is ordered after that write, as copy_ is, never a read
+    of the old bytes (before, 19 of 20 such copies read them)."""
+    module = fl.runtime().allocators[0].bridge
+    for _ in range(5):
+        a = torch.randn(400, 400, device="fl:0")
+        source = a @ a                                  # still being written on fl:0's stream
+        on_one = torch.zeros(400, 400, device="fl:1")
+        module.copy_data(on_one.data_ptr(), source.data_ptr(), 400 * 400 * 4)
+        later = on_one + 1                              # fl:1's later work sees the copy
+        assert torch.equal(on_one.cpu(), source.cpu()) and torch.equal(later.cpu(), source.cpu() + 1)
+
+
+@pytest.mark.skipif(not bridge.status().active, reason="the bridge's c10 allocator (copy_data) runs only with it")
 def test_copies_and_frees_go_to_the_device_the_memory_belongs_to(fl):
     """A thread whose current device is fl:1 copies and frees fl:0 memory through PyTorch's
     C++ allocator interface: the copy and the free use fl:0, not the current device."""

@@ -327,22 +327,31 @@ def _across_devices(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
 
 
 def _raw_device_copy(rt, dst: torch.Tensor, src: torch.Tensor) -> None:
-    """memcpy_d2d of two dense, same-dtype, same-shape tensors, on the source's stream,
-    ordered both ways against the destination's stream."""
-    src_index, dst_index = src.device.index, dst.device.index
+    """memcpy_d2d of two dense, same-dtype, same-shape tensors (device_bytes_copy), after the
+    writes to src on its device's other streams."""
+    src_index = src.device.index
+    rt.order_after_writers(src_index, rt.streams.current(src_index), (src,), ())
+    dst_stream = device_bytes_copy(rt, (dst.device.index, storage_base(dst), dst.storage_offset() * dst.element_size()),
+                                   (src_index, storage_base(src), src.storage_offset() * src.element_size()),
+                                   src.numel() * src.element_size())
+    rt.mark_written(dst, dst_stream)
+
+
+def device_bytes_copy(rt, dst: tuple[int, int, int], src: tuple[int, int, int], nbytes: int):
+    """memcpy_d2d_async of `nbytes` from src to dst, each (device index, storage address, byte
+    offset), on the source device's current stream, so after everything enqueued there (the
+    writes that produced src), and ordered both ways against the destination's current
+    stream: earlier work there may still read the target, later work must see the copy.
+    Returns the destination's stream.  Also c10::Allocator::copy_data's (bridge/calls.py)."""
+    (dst_index, dst_base, dst_offset), (src_index, src_base, src_offset) = dst, src
     src_dev = rt.device(src_index)
-    src_stream = rt.streams.current(src_index)
-    dst_stream = rt.streams.current(dst_index)
-    rt.order_after_writers(src_index, src_stream, (src,), ())
+    src_stream, dst_stream = rt.streams.current(src_index), rt.streams.current(dst_index)
     if dst_stream is not src_stream:
         rt.note_cross_stream()
-        src_stream.wait_stream(dst_stream)      # earlier work on dst may still read the target
-    nbytes = src.numel() * src.element_size()
-    status = src_dev.plugin.api.memcpy_d2d_async(
-        src_stream.handle, rt.device(dst_index).local_index, storage_base(dst),
-        dst.storage_offset() * dst.element_size(), src_dev.local_index, storage_base(src),
-        src.storage_offset() * src.element_size(), nbytes)
+        src_stream.wait_stream(dst_stream)
+    status = src_dev.plugin.api.memcpy_d2d_async(src_stream.handle, rt.device(dst_index).local_index, dst_base,
+                                                 dst_offset, src_dev.local_index, src_base, src_offset, nbytes)
     src_dev.plugin.check(status, f"memcpy_d2d_async(fl:{src_index} -> fl:{dst_index}, {nbytes} bytes)")
     if dst_stream is not src_stream:
-        dst_stream.wait_stream(src_stream)      # later work on dst sees the copied data
-    rt.mark_written(dst, dst_stream)
+        dst_stream.wait_stream(src_stream)
+    return dst_stream
